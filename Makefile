@@ -1,0 +1,24 @@
+# Set-up and checks. Both targets build the virtual environment on first use.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+
+.PHONY: run test venv clean
+
+$(BIN)/omni-autoconf: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	@touch $@
+
+venv: $(BIN)/omni-autoconf
+
+# The main job: plan Qwen3-Omni on two H100s and write deploy.yaml.
+run: venv
+	$(BIN)/omni-autoconf --gpus 2xH100-80GB --model qwen3-omni-moe -o deploy.yaml
+
+test: venv
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache deploy.yaml

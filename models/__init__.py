@@ -1,0 +1,1 @@
+"""The model catalog: one YAML file per vLLM-Omni pipeline (data only)."""

@@ -1,0 +1,5 @@
+"""`python -m omni_autoconf` runs the command line."""
+
+from .cli import main
+
+main()

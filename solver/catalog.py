@@ -1,0 +1,223 @@
+"""The model catalog: one YAML file per vLLM-Omni pipeline in models/, validated on load.
+
+A pipeline is a list of stages. Each stage says what it loads (parameter counts by
+component, how each is split across TP ranks, and in which vLLM-Omni versions it is
+loaded), its transformer geometry (for KV bytes and activations), the TP degrees it
+allows, the defaults of its memory knobs, and the non-memory fields each output schema
+needs. Every number carries its source in the file.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .errors import CatalogError, InputError
+
+Schema = Literal["deploy", "stage-args"]
+SCHEMAS: tuple[str, ...] = ("deploy", "stage-args")
+
+DTYPE_BYTES: dict[str, float] = {
+    # memory-facts §6: bf16/fp16 2 bytes; fp8 1 (+ small scales); int4 ~0.52 at group 128.
+    "bfloat16": 2.0,
+    "float16": 2.0,
+    "float32": 4.0,
+    "fp8": 1.0,
+    "int4": 0.52,
+}
+
+# Flags of OmniVersion a component or profile may depend on (see vllm_facts.OmniVersion).
+VersionFlag = Literal["talker_builds_encoders"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Component(_Strict):
+    """A block of parameters a stage loads."""
+
+    name: str = Field(description="What it is: llm, audio_encoder, vision_encoder, ...")
+    params: int = Field(gt=0, description="Parameter count.")
+    sharding: Literal["tp", "replicated"] = Field(
+        description="tp: split over the TP ranks (linear layers, experts, vocab); "
+        "replicated: every rank holds all of it (norms, routers, encoders)."
+    )
+    dtype: str | None = Field(default=None, description="Overrides the stage dtype for this block.")
+    only_if: VersionFlag | None = Field(
+        default=None, description="Loaded only in vLLM-Omni versions where this flag holds."
+    )
+    source: str = Field(min_length=1, description="Where the count comes from.")
+
+
+class Transformer(_Strict):
+    """Geometry of the stage's decoder (for KV bytes and the profile-run activations)."""
+
+    num_layers: int = Field(gt=0)
+    hidden_size: int = Field(gt=0)
+    num_heads: int = Field(gt=0)
+    num_kv_heads: int = Field(gt=0)
+    head_dim: int = Field(gt=0, description="Explicit head_dim of the config (Qwen3: 128 != hidden/heads).")
+    vocab_size: int = Field(gt=0)
+    max_position: int = Field(gt=0, description="max_position_embeddings: vLLM's default max_model_len.")
+    mlp: Literal["dense", "moe"]
+    intermediate_size: int = Field(gt=0, description="Dense MLP width, or per-expert width for MoE.")
+    num_experts_per_tok: int = Field(default=0, ge=0)
+    shared_expert_intermediate_size: int = Field(default=0, ge=0)
+    source: str = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _moe_fields(self) -> "Transformer":
+        if self.mlp == "moe" and self.num_experts_per_tok < 1:
+            raise ValueError("num_experts_per_tok must be >= 1 for an MoE MLP")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads {self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}")
+        return self
+
+
+class EncoderProfile(_Strict):
+    """The multimodal item the profile run encodes before the decoder pass."""
+
+    budget_tokens: int = Field(gt=0, description="Encoder cache budget, in decoder tokens.")
+    patches_per_token: int = Field(gt=0, description="Encoder positions per decoder token (spatial merge^2).")
+    hidden_size: int = Field(gt=0)
+    intermediate_size: int = Field(gt=0)
+    only_if: VersionFlag | None = None
+    source: str = Field(min_length=1)
+
+
+class GenerationProfile(_Strict):
+    """Profile-run activations of a generation stage (no vLLM decoder, e.g. a vocoder)."""
+
+    tokens_cap: int = Field(gt=0, description="Tokens the stage processes at once (its chunk).")
+    bytes_per_token: int = Field(gt=0, description="Activation bytes per token at the peak.")
+    source: str = Field(min_length=1)
+
+
+class MemoryDefaults(_Strict):
+    """Values of the memory knobs when neither the user nor the plan sets them."""
+
+    max_num_seqs: int = Field(gt=0)
+    max_num_batched_tokens: int = Field(gt=0)
+    enforce_eager: bool
+
+
+class StageSpec(_Strict):
+    """One stage of a pipeline."""
+
+    stage_id: int = Field(ge=0)
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$", description="The stage's role: thinker, talker, code2wav, ...")
+    role: Literal["autoregressive", "generation"] = Field(
+        description="autoregressive: vLLM attention with a KV cache; generation: no KV cache."
+    )
+    dtype: str = Field(description="dtype the weights are loaded in.")
+    components: list[Component] = Field(min_length=1)
+    transformer: Transformer
+    encoder_profile: EncoderProfile | None = None
+    generation_profile: GenerationProfile | None = None
+    tp_degrees: list[int] = Field(min_length=1, description="TP degrees vLLM accepts for this stage.")
+    defaults: dict[Schema, MemoryDefaults]
+    deploy_fields: dict[str, Any] = Field(default_factory=dict, description="Non-memory keys of a deploy stage.")
+    legacy_fields: dict[str, Any] = Field(default_factory=dict, description="Non-memory keys of a stage_args stage.")
+    legacy_engine_args: dict[str, Any] = Field(default_factory=dict)
+    legacy_runtime: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check(self) -> "StageSpec":
+        if self.dtype not in DTYPE_BYTES:
+            raise ValueError(f"dtype {self.dtype!r} is not one of {sorted(DTYPE_BYTES)}")
+        for c in self.components:
+            if c.dtype is not None and c.dtype not in DTYPE_BYTES:
+                raise ValueError(f"component {c.name}: dtype {c.dtype!r} is not one of {sorted(DTYPE_BYTES)}")
+        heads = self.transformer.num_heads
+        for tp in self.tp_degrees:
+            if tp < 1 or heads % tp:
+                raise ValueError(f"tp_degrees: {tp} does not divide num_heads {heads}")
+        if sorted(set(self.tp_degrees)) != self.tp_degrees:
+            raise ValueError("tp_degrees must be ascending and distinct")
+        if (self.role == "generation") != (self.generation_profile is not None):
+            raise ValueError("generation_profile is required for generation stages and only for them")
+        missing = set(SCHEMAS) - set(self.defaults)
+        if missing:
+            raise ValueError(f"defaults: missing schema(s) {sorted(missing)}")
+        return self
+
+    @property
+    def has_kv_cache(self) -> bool:
+        return self.role == "autoregressive"
+
+
+class PipelineSpec(_Strict):
+    """A vLLM-Omni pipeline (one model)."""
+
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
+    hf_id: str
+    description: str
+    model_arch: str
+    stages: list[StageSpec] = Field(min_length=1)
+    deploy_top: dict[str, Any] = Field(default_factory=dict, description="Top-level keys of the deploy YAML.")
+    legacy_top: dict[str, Any] = Field(default_factory=dict, description="Top-level keys besides stage_args.")
+    sources: dict[str, str] = Field(default_factory=dict, description="Citations used by the fields.")
+
+    @model_validator(mode="after")
+    def _check(self) -> "PipelineSpec":
+        ids = [s.stage_id for s in self.stages]
+        if ids != list(range(len(ids))):
+            raise ValueError(f"stage ids must be 0..{len(ids) - 1} in order, got {ids}")
+        names = [s.name for s in self.stages]
+        if len(set(names)) != len(names):
+            raise ValueError(f"stage names must be distinct, got {names}")
+        return self
+
+    def stage(self, key: str | int) -> StageSpec:
+        """A stage by name or id ("thinker", "0", 0)."""
+        for s in self.stages:
+            if str(key) in (s.name, str(s.stage_id)):
+                return s
+        known = ", ".join(f"{s.stage_id}={s.name}" for s in self.stages)
+        raise InputError(f"model {self.name} has no stage {key!r}; stages: {known}")
+
+
+def _format_validation_error(filename: str, exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    return f"{filename}: field {where}: {err['msg']}"
+
+
+def load_pipeline_text(text: str, filename: str) -> PipelineSpec:
+    """Parse and validate one catalog file's text; errors name the file and the field."""
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise CatalogError(f"{filename}: not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise CatalogError(f"{filename}: expected a mapping at the top level")
+    try:
+        return PipelineSpec.model_validate(raw)
+    except ValidationError as exc:
+        raise CatalogError(_format_validation_error(filename, exc)) from None
+
+
+@lru_cache(maxsize=1)
+def model_catalog() -> dict[str, PipelineSpec]:
+    """Every shipped pipeline, keyed by name."""
+    folder = resources.files("omni_autoconf.models")
+    specs: dict[str, PipelineSpec] = {}
+    for entry in sorted(folder.iterdir(), key=lambda p: p.name):
+        if entry.name.endswith(".yaml"):
+            spec = load_pipeline_text(entry.read_text(), entry.name)
+            specs[spec.name] = spec
+    return specs
+
+
+def lookup_model(name: str) -> PipelineSpec:
+    """A shipped pipeline by name (case-insensitive; `_` and `-` alike)."""
+    key = name.strip().lower().replace("_", "-")
+    catalog = model_catalog()
+    if key not in catalog:
+        raise InputError(f"unknown model {name!r}; known models: {', '.join(sorted(catalog))}")
+    return catalog[key]

@@ -1,0 +1,123 @@
+"""GPU catalog and the `--gpus` inventory syntax.
+
+A GPU is a name and the total memory CUDA reports, in bytes. Catalog entries, NVML
+readings and manual overrides all become the same `Gpu`, so the planner cannot tell
+where a figure came from.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .errors import CatalogError, InputError
+from .vllm_facts import GiB
+
+MAX_GPUS = 64  # more than one node's worth is a cluster, which this tool does not plan yet
+
+
+class GpuSpec(BaseModel):
+    """One catalog entry (solver/data/gpus.yaml)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, description="Canonical name, as used in --gpus.")
+    nvml_names: list[str] = Field(description="Names NVML reports for this part.")
+    aliases: list[str] = Field(default_factory=list, description="Other accepted names.")
+    total_gib: float | None = Field(default=None, gt=0, lt=4096, description="CUDA total, GiB, 2 decimals.")
+    total_bytes: int | None = Field(default=None, gt=0, description="CUDA total in bytes, when known exactly.")
+    nvlink: bool = Field(description="Whether the part has NVLink between GPUs of a node.")
+    estimated: bool = Field(default=False, description="No direct evidence for the total.")
+
+    @model_validator(mode="after")
+    def _one_total(self) -> "GpuSpec":
+        if (self.total_gib is None) == (self.total_bytes is None):
+            raise ValueError("give exactly one of total_gib and total_bytes")
+        return self
+
+    @property
+    def capacity_bytes(self) -> int:
+        """The smallest byte count consistent with the catalog figure."""
+        if self.total_bytes is not None:
+            return self.total_bytes
+        # A total printed as 79.11 GiB is at least 79.105 GiB.
+        return int((self.total_gib - 0.005) * GiB)
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One physical GPU of the inventory: its index (CUDA order), name and total bytes."""
+
+    index: int
+    name: str
+    total_bytes: int
+
+
+def _key(name: str) -> str:
+    """Case- and punctuation-insensitive lookup key: 'NVIDIA H100 80GB HBM3' -> 'h10080gbhbm3'."""
+    k = re.sub(r"[^a-z0-9]", "", name.lower())
+    for prefix in ("nvidia", "geforce", "tesla"):
+        if k.startswith(prefix) and len(k) > len(prefix):
+            k = k[len(prefix):]
+    return k
+
+
+@lru_cache(maxsize=1)
+def gpu_catalog() -> dict[str, GpuSpec]:
+    """Load and validate the shipped GPU catalog, keyed by canonical name."""
+    text = resources.files("omni_autoconf.data").joinpath("gpus.yaml").read_text()
+    raw = yaml.safe_load(text)
+    specs: dict[str, GpuSpec] = {}
+    for i, entry in enumerate(raw.get("gpus", [])):
+        try:
+            spec = GpuSpec.model_validate(entry)
+        except ValidationError as exc:
+            raise CatalogError(f"gpus.yaml: entry {i}: {exc.errors()[0]['msg']}") from None
+        specs[spec.name] = spec
+    return specs
+
+
+@lru_cache(maxsize=1)
+def _alias_index() -> dict[str, GpuSpec]:
+    index: dict[str, GpuSpec] = {}
+    for spec in gpu_catalog().values():
+        for name in [spec.name, *spec.nvml_names, *spec.aliases]:
+            index.setdefault(_key(name), spec)
+    return index
+
+
+def lookup_gpu(name: str) -> GpuSpec:
+    """Find a GPU by canonical name, alias or NVML name, ignoring case and punctuation."""
+    spec = _alias_index().get(_key(name))
+    if spec is None:
+        known = ", ".join(sorted(gpu_catalog()))
+        raise InputError(f"unknown GPU {name!r}; known GPUs: {known}")
+    return spec
+
+
+_TERM = re.compile(r"^\s*(?:(\d+)\s*[xX*]\s*)?([A-Za-z0-9][A-Za-z0-9 _.-]*?)\s*$")
+
+
+def parse_gpus(text: str) -> list[Gpu]:
+    """Parse `2xH100-80GB,1xA100-40GB` into GPUs indexed in the order written."""
+    if not text or not text.strip():
+        raise InputError("--gpus is empty; expected terms like 2xH100-80GB joined by commas")
+    gpus: list[Gpu] = []
+    for term in text.split(","):
+        m = _TERM.match(term)
+        if not m:
+            raise InputError(f"malformed --gpus term {term.strip()!r}; expected NxNAME, e.g. 2xH100-80GB")
+        count = int(m.group(1)) if m.group(1) is not None else 1
+        if count < 1:
+            raise InputError(f"--gpus term {term.strip()!r}: the count must be at least 1")
+        spec = lookup_gpu(m.group(2))
+        for _ in range(count):
+            gpus.append(Gpu(index=len(gpus), name=spec.name, total_bytes=spec.capacity_bytes))
+        if len(gpus) > MAX_GPUS:
+            raise InputError(f"--gpus lists more than {MAX_GPUS} GPUs; plan one node at a time")
+    return gpus

@@ -1,0 +1,67 @@
+"""The planning problem as plain data: what the CP-SAT model and the brute-force oracle read.
+
+Built by `planner.build_problem` from a request; holds only numbers (bytes, steps), so
+the solvers never see catalogs, YAML or the CLI.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .gpus import Gpu
+from .memory import StageMemory, tokens_needed
+
+MILLI = 1000  # KV capacity is counted in thousandths of a max-length request
+
+
+@dataclass(frozen=True)
+class TpOption:
+    """One TP degree a stage may run at, with its per-rank memory at that degree."""
+
+    tp: int
+    memory: StageMemory
+
+
+@dataclass(frozen=True)
+class StageProblem:
+    """One stage's part of the problem."""
+
+    stage_id: int
+    name: str
+    has_kv: bool
+    options: tuple[TpOption, ...]
+    max_model_len: int
+    min_requests: int = 1  # KV stages: requests of max_model_len the cache must hold
+    weight_pct: int = 100  # objective weight x 100 (--weight thinker=2 -> 200)
+
+    def min_kv_bytes(self, option: TpOption) -> int:
+        """KV bytes per rank that hold `min_requests` requests of max_model_len (whole blocks)."""
+        if not self.has_kv:
+            return 0
+        return tokens_needed(self.max_model_len * self.min_requests) * option.memory.kv_bytes_per_token
+
+    def milli_requests(self, kv_bytes: int, option: TpOption) -> int:
+        """KV capacity in thousandths of a max-length request: the objective's unit."""
+        if not self.has_kv or kv_bytes <= 0:
+            return 0
+        return MILLI * kv_bytes // (option.memory.kv_bytes_per_token * self.max_model_len)
+
+
+@dataclass(frozen=True)
+class Problem:
+    """GPUs, stages, and the rules that bind them."""
+
+    gpus: tuple[Gpu, ...]
+    stages: tuple[StageProblem, ...]
+    resolution: int  # gpu_memory_utilization steps per 1.0 (100 -> steps of 0.01)
+    reserve_bytes: int  # per GPU, outside every fraction: admission reserve + margin + buffer
+    # Each group lists stage indices that are never resident at the same time.
+    exclusive_groups: tuple[tuple[int, ...], ...] = ()
+
+    @property
+    def phases(self) -> int:
+        """Time slots needed so that members of each exclusive group can be apart."""
+        return max([1, *(len(g) for g in self.exclusive_groups)])
+
+    def usable_bytes(self, gpu: Gpu) -> int:
+        return gpu.total_bytes - self.reserve_bytes

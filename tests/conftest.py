@@ -1,0 +1,21 @@
+"""Shared fixtures: requests for the shipped models, built the way the CLI builds them."""
+
+from __future__ import annotations
+
+import pytest
+
+from omni_autoconf.catalog import lookup_model
+from omni_autoconf.gpus import parse_gpus
+from omni_autoconf.planner import Request
+from omni_autoconf.vllm_facts import omni_version
+
+
+def make_request(model: str, gpus: str, version: str = "0.30", **kw) -> Request:
+    v = omni_version(version)
+    kw.setdefault("schema", v.schema)
+    return Request(pipeline=lookup_model(model), gpus=tuple(parse_gpus(gpus)), version=v, **kw)
+
+
+@pytest.fixture
+def request_for():
+    return make_request

@@ -1,0 +1,149 @@
+"""Memory model against the figures vLLM printed (calibration-logs.jsonl, memory-facts.md)."""
+
+from __future__ import annotations
+
+import pytest
+
+from omni_autoconf.catalog import StageSpec, lookup_model
+from omni_autoconf.memory import (
+    StageKnobs,
+    activation_peak,
+    kv_bytes_per_token,
+    kv_tokens,
+    requested_bytes,
+    stage_memory,
+    weights_per_rank,
+)
+from omni_autoconf.vllm_facts import GiB, omni_version
+
+QWEN3 = lookup_model("qwen3-omni-moe")
+
+
+def stage(name: str, model=QWEN3):
+    return model.stage(name)
+
+
+@pytest.mark.parametrize(
+    "name, tp, expected",
+    [
+        ("thinker", 1, 98_304),  # memory-facts §5 / issue target
+        ("thinker", 2, 49_152),
+        ("talker", 1, 20_480),  # calibration: 37.18 GiB -> 1,949,520 tokens
+    ],
+)
+def test_kv_bytes_per_token_targets(name, tp, expected):
+    assert kv_bytes_per_token(stage(name), tp) == expected
+
+
+def test_kv_heads_are_replicated_when_tp_exceeds_kv_heads():
+    thinker = stage("thinker")  # 4 KV heads
+    assert kv_bytes_per_token(thinker, 4) == 98_304 // 4
+    assert kv_bytes_per_token(thinker, 8) == 98_304 // 4  # max(1, 4 // 8) = 1 head per rank
+
+
+def test_fp8_kv_halves_bf16():
+    assert kv_bytes_per_token(stage("thinker"), 1, "fp8") == 49_152
+
+
+def test_generation_stage_has_no_kv():
+    assert kv_bytes_per_token(stage("code2wav"), 1) == 0
+
+
+def test_qwen25_3b_thinker_kv_matches_memory_facts():
+    assert kv_bytes_per_token(lookup_model("qwen2.5-omni-3b").stage("thinker"), 1) == 36_864
+
+
+def test_talker_kv_tokens_reproduce_logged_cache_size():
+    # calibration: "Available KV cache memory: 37.18 GiB" -> "GPU KV cache size: 1,949,520 tokens".
+    # 37.18 is rounded to 2 decimals, so the true figure is within +-0.005 GiB.
+    per_token = kv_bytes_per_token(stage("talker"), 1)
+    low, high = (kv_tokens(int((37.18 + d) * GiB), per_token) for d in (-0.005, 0.005))
+    assert low <= 1_949_520 <= high
+
+
+def within(value: float, target: float, tolerance: float) -> bool:
+    return abs(value - target) <= tolerance * target
+
+
+def test_thinker_weights_at_tp2_match_logged_model_loading():
+    # calibration (vLLM-Omni ~0.12): "Model loading took 30.3338 GiB" on each of 2 ranks.
+    got = weights_per_rank(stage("thinker"), 2, omni_version("0.12")) / GiB
+    assert within(got, 30.3338, 0.03), got
+
+
+def test_talker_weights_on_016_include_thinker_encoders():
+    # calibration (vLLM-Omni 0.12-0.16): talker "Model loading took 8.4897 GiB".
+    got = weights_per_rank(stage("talker"), 1, omni_version("0.16")) / GiB
+    assert within(got, 8.4897, 0.03), got
+
+
+def test_talker_on_030_loads_only_its_own_modules():
+    old = weights_per_rank(stage("talker"), 1, omni_version("0.16"))
+    new = weights_per_rank(stage("talker"), 1, omni_version("0.30"))
+    # memory-facts §6: 0.30 builds only the talker (~3.32 B params, ~6.2 GiB in bf16).
+    assert within(new / GiB, 6.2, 0.03)
+    assert old - new > 2 * GiB
+
+
+def _llama_8b() -> StageSpec:
+    """Llama-3.1-8B (32 layers, hidden 4096, 32/8 heads, MLP 14336, vocab 128256): a plain
+    dense model with two logged profile runs in calibration-logs.jsonl."""
+    return StageSpec.model_validate(
+        {
+            "stage_id": 0,
+            "name": "llm",
+            "role": "autoregressive",
+            "dtype": "bfloat16",
+            "components": [{"name": "llm", "params": 8_030_261_248, "sharding": "tp", "source": "test"}],
+            "transformer": {
+                "num_layers": 32, "hidden_size": 4096, "num_heads": 32, "num_kv_heads": 8, "head_dim": 128,
+                "vocab_size": 128_256, "max_position": 131_072, "mlp": "dense", "intermediate_size": 14_336,
+                "source": "Llama-3.1-8B config.json",
+            },
+            "tp_degrees": [1, 2, 4, 8],
+            "defaults": {
+                "deploy": {"max_num_seqs": 256, "max_num_batched_tokens": 8192, "enforce_eager": False},
+                "stage-args": {"max_num_seqs": 256, "max_num_batched_tokens": 8192, "enforce_eager": False},
+            },
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    "tokens, logged_gib",
+    [
+        # RTX 3090, V0 without chunked prefill: batched tokens = max_model_len; 256 seqs.
+        (20_000, 17.06 - 14.9888),  # peak_torch_memory - weights
+        (29_000, 17.98 - 14.9888),
+    ],
+)
+def test_activation_peak_is_conservative_and_close_to_logged_profile(tokens, logged_gib):
+    knobs = StageKnobs(max_model_len=tokens, max_num_seqs=256, max_num_batched_tokens=tokens, enforce_eager=True)
+    got = activation_peak(_llama_8b(), 1, knobs, omni_version("0.30")) / GiB
+    assert logged_gib <= got <= 1.15 * logged_gib, (got, logged_gib)
+
+
+def test_llama_kv_per_token_is_128_kib():
+    assert kv_bytes_per_token(_llama_8b(), 1) == 128 * 1024  # memory-facts §5
+
+
+def test_graph_terms_follow_version_and_eager():
+    knobs = StageKnobs(max_model_len=65536, max_num_seqs=64, max_num_batched_tokens=32768, enforce_eager=False)
+    new = stage_memory(stage("thinker"), 1, knobs, omni_version("0.30"))
+    old = stage_memory(stage("thinker"), 1, knobs, omni_version("0.20"))
+    eager = stage_memory(stage("thinker"), 1, StageKnobs(65536, 64, 32768, True), omni_version("0.30"))
+    assert new.graph_pool_bytes > 0 and old.graph_pool_bytes == 0  # inside the fraction from vLLM 0.21
+    assert new.graph_reserve_bytes == old.graph_reserve_bytes == 2 * GiB
+    assert eager.graph_pool_bytes == eager.graph_reserve_bytes == 0
+
+
+def test_nccl_only_with_tensor_parallelism():
+    knobs = StageKnobs(65536, 64, 32768, False)
+    assert stage_memory(stage("thinker"), 1, knobs, omni_version("0.30")).nccl_bytes == 0
+    assert stage_memory(stage("thinker"), 2, knobs, omni_version("0.30")).nccl_bytes > 0
+
+
+def test_requested_is_ceil_of_total_times_fraction():
+    # gpus.md: 0.6 x 79.32 GiB = 47.59 GiB, the figure vLLM printed for the A100 failure.
+    assert round(requested_bytes(int(79.32 * GiB), 60, 100) / GiB, 2) == 47.59
+    assert requested_bytes(101, 1, 100) == 2  # ceil, not floor
