@@ -186,9 +186,15 @@ def _plan_command(**o) -> int:
         kv_cache_dtype=o["kv_cache_dtype"],
         time_limit_s=o["time_limit"],
     )
-    if not o["quiet"]:
-        click.echo(f"omni-autoconf: planning {pipeline.name} on {o['gpus_text']} (CP-SAT) ...", err=True)
-    result = plan(request)
+    def progress(problem) -> None:
+        if not o["quiet"]:
+            click.echo(
+                f"omni-autoconf: planning {pipeline.name} on {len(problem.gpus)} GPU(s) with CP-SAT "
+                f"(time limit {request.time_limit_s:g} s) ...",
+                err=True,
+            )
+
+    result = plan(request, on_solve=progress)
     text = render_json(result) if o["fmt"] == "json" else RENDERERS[request.schema](result)
     if o["output"]:
         write_atomically(o["output"], text)
@@ -207,9 +213,10 @@ def list_gpus() -> None:
     from .gpus import gpu_catalog
 
     for spec in gpu_catalog().values():
+        printed = spec.total_gib if spec.total_gib is not None else spec.capacity_bytes / GiB
         est = " (estimated)" if spec.estimated else ""
         aliases = ", ".join([*spec.aliases, *spec.nvml_names])
-        click.echo(f"{spec.name:<16} {spec.capacity_bytes / GiB:8.2f} GiB{est}  aliases: {aliases}")
+        click.echo(f"{spec.name:<15} {printed:7.2f} GiB = {spec.capacity_bytes:>12} B planned{est}  aliases: {aliases}")
 
 
 @main.command("models")

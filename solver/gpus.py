@@ -110,7 +110,7 @@ def parse_gpus(text: str) -> list[Gpu]:
     gpus: list[Gpu] = []
     for term in text.split(","):
         m = _TERM.match(term)
-        if not m:
+        if not m or re.fullmatch(r"\s*\d+\s*[xX*]?\s*", term):
             raise InputError(f"malformed --gpus term {term.strip()!r}; expected NxNAME, e.g. 2xH100-80GB")
         count = int(m.group(1)) if m.group(1) is not None else 1
         if count < 1:

@@ -6,7 +6,8 @@ independent re-check of every GPU's sums (`verify`) before the plan is returned.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import Callable
 
 from . import cpsat, vllm_facts as F
 from .catalog import PipelineSpec, StageSpec
@@ -128,10 +129,15 @@ def build_problem(request: Request) -> tuple[Problem, dict[str, StageKnobs]]:
     for st in pipeline.stages:
         degrees = [request.tp[st.name]] if st.name in request.tp else st.tp_degrees
         for d in degrees:
+            heads = st.transformer.num_heads
+            if heads % d:
+                raise InputError(
+                    f"--tp {st.name}={d}: {d} does not divide the {heads} attention heads of {st.name} "
+                    f"(allowed: {', '.join(map(str, st.tp_degrees))})"
+                )
             if d not in st.tp_degrees:
                 raise InputError(
-                    f"--tp {st.name}={d}: not allowed for {st.name} "
-                    f"(num_heads {st.transformer.num_heads}; allowed: {st.tp_degrees})"
+                    f"--tp {st.name}={d}: not allowed for {st.name} (allowed: {', '.join(map(str, st.tp_degrees))})"
                 )
         fitting = [d for d in degrees if d <= len(gpus)]
         if not fitting:
@@ -163,10 +169,19 @@ def build_problem(request: Request) -> tuple[Problem, dict[str, StageKnobs]]:
     return problem, knobs
 
 
-def assemble(request: Request, problem: Problem, knobs: dict[str, StageKnobs], solution: cpsat.Solution) -> Plan:
-    """Compute every reported figure from the solver's decisions (devices, TP, fraction)."""
+def assemble(
+    request: Request,
+    problem: Problem,
+    knobs: dict[str, StageKnobs],
+    assignments: tuple[cpsat.StageAssignment, ...],
+    *,
+    status: str,
+    gap: float = 0.0,
+    solve_seconds: float = 0.0,
+) -> Plan:
+    """Compute every reported figure from the decisions (devices, TP, fraction), in bytes."""
     stage_plans = []
-    for st, sp, a in zip(request.pipeline.stages, problem.stages, solution.assignments):
+    for st, sp, a in zip(request.pipeline.stages, problem.stages, assignments):
         option = sp.options[a.option_index]
         per_gpu = {
             g: requested_bytes(problem.gpus[g].total_bytes, a.util_steps, problem.resolution)
@@ -191,9 +206,9 @@ def assemble(request: Request, problem: Problem, knobs: dict[str, StageKnobs], s
         )
     return Plan(
         request=request,
-        status=solution.status.value,
-        gap=solution.gap,
-        solve_seconds=solution.solve_seconds,
+        status=status,
+        gap=gap,
+        solve_seconds=solve_seconds,
         stages=tuple(stage_plans),
         gpus=gpu_maps(problem, stage_plans),
     )
@@ -222,9 +237,15 @@ def gpu_maps(problem: Problem, stage_plans: list[StagePlan]) -> tuple[GpuPlan, .
     return tuple(out)
 
 
-def plan(request: Request) -> Plan:
-    """The best plan for `request`, or NoPlanError saying which stage and GPU cannot fit."""
+def plan(request: Request, on_solve: Callable[[Problem], None] | None = None) -> Plan:
+    """The best plan for `request`, or NoPlanError saying which stage and GPU cannot fit.
+
+    `on_solve` is called once the inputs are validated, just before the solver starts
+    (the CLI prints its progress line there).
+    """
     problem, knobs = build_problem(request)
+    if on_solve is not None:
+        on_solve(problem)
     solution = cpsat.solve(problem, request.time_limit_s)
     if solution.status is cpsat.SolveStatus.INFEASIBLE:
         raise NoPlanError(
@@ -236,11 +257,54 @@ def plan(request: Request) -> Plan:
             f"no plan found within the time limit ({request.time_limit_s:g} s)",
             ["raise --time-limit, or fix TP degrees with --tp to shrink the search"],
         )
-    result = assemble(request, problem, knobs, solution)
+    result = assemble(
+        request,
+        problem,
+        knobs,
+        solution.assignments,
+        status=solution.status.value,
+        gap=solution.gap,
+        solve_seconds=solution.solve_seconds,
+    )
     problems = check_plan(problem, result)
     if problems:  # the model and the re-check disagree: a bug, never a plan to ship
         raise RuntimeError("internal error: plan fails the independent re-check: " + "; ".join(problems))
     return result
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A stage's placement as a config file states it."""
+
+    devices: tuple[int, ...]
+    tensor_parallel_size: int
+    gpu_memory_utilization: float
+
+
+EVALUATION_RESOLUTION = 1000  # fractions in hand-written configs have up to 3 decimals
+
+
+def evaluate(request: Request, placements: dict[str, Placement]) -> tuple[Plan, list[str]]:
+    """A given placement (e.g. a bundled config) under the same memory model as `plan`.
+
+    Returns the plan with every figure computed, and the rules it breaks (empty when it
+    would start and meet the same constraints a computed plan meets).
+    """
+    tp = {name: p.tensor_parallel_size for name, p in placements.items()}
+    missing = [st.name for st in request.pipeline.stages if st.name not in placements]
+    if missing:
+        raise InputError(f"no placement given for stage(s) {', '.join(missing)}")
+    fixed = replace(request, tp={**request.tp, **tp}, resolution=EVALUATION_RESOLUTION)
+    problem, knobs = build_problem(fixed)
+    assignments = []
+    for st in fixed.pipeline.stages:
+        p = placements[st.name]
+        steps = round(p.gpu_memory_utilization * EVALUATION_RESOLUTION)
+        if abs(steps - p.gpu_memory_utilization * EVALUATION_RESOLUTION) > 1e-6:
+            raise InputError(f"{st.name}: gpu_memory_utilization {p.gpu_memory_utilization} has more than 3 decimals")
+        assignments.append(cpsat.StageAssignment(0, tuple(sorted(p.devices)), steps, 0, 0, None))
+    result = assemble(fixed, problem, knobs, tuple(assignments), status="given")
+    return result, check_plan(problem, result)
 
 
 def _describe_gpus(gpus: tuple[Gpu, ...]) -> str:

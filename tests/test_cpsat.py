@@ -1,0 +1,110 @@
+"""The CP-SAT model against exhaustive search on small instances with known structure."""
+
+from __future__ import annotations
+
+import pytest
+
+from omni_autoconf import cpsat
+from omni_autoconf.bruteforce import best_objective
+from omni_autoconf.gpus import Gpu
+from omni_autoconf.memory import StageMemory
+from omni_autoconf.problem import Problem, StageProblem, TpOption
+from omni_autoconf.vllm_facts import GiB, MiB
+
+
+def mem(weights_gib: float, kv_per_token: int, outside_gib: float = 0.5, act_gib: float = 0.5) -> StageMemory:
+    return StageMemory(
+        weights_bytes=int(weights_gib * GiB),
+        activation_bytes=int(act_gib * GiB),
+        non_torch_bytes=0,
+        graph_pool_bytes=0,
+        context_bytes=int(outside_gib * GiB),
+        nccl_bytes=0,
+        graph_reserve_bytes=0,
+        kv_bytes_per_token=kv_per_token,
+    )
+
+
+def kv_stage(i, name, weights_gib, kv_per_token, tps=(1,), mml=8192, weight_pct=100, min_requests=1):
+    options = tuple(TpOption(tp, mem(weights_gib / tp, kv_per_token // tp)) for tp in tps)
+    return StageProblem(i, name, True, options, mml, min_requests=min_requests, weight_pct=weight_pct)
+
+
+def gen_stage(i, name, weights_gib):
+    return StageProblem(i, name, False, (TpOption(1, mem(weights_gib, 0)),), 8192)
+
+
+def gpus(*sizes_gib):
+    return tuple(Gpu(i, f"G{size}", int(size * GiB)) for i, size in enumerate(sizes_gib))
+
+
+CASES = {
+    "two stages, two equal GPUs": Problem(
+        gpus(24, 24), (kv_stage(0, "a", 10, 65536), kv_stage(1, "b", 4, 16384)), 20, 1 * GiB
+    ),
+    "TP choice, uneven GPUs": Problem(
+        gpus(40, 24), (kv_stage(0, "a", 30, 131072, tps=(1, 2)), kv_stage(1, "b", 3, 32768)), 20, 1 * GiB
+    ),
+    "three stages with a generation stage, weights": Problem(
+        gpus(24, 16),
+        (kv_stage(0, "a", 8, 65536, weight_pct=200), kv_stage(1, "b", 2, 16384), gen_stage(2, "c", 1)),
+        10,
+        int(0.5 * GiB),
+    ),
+    "three GPUs, TP over any pair": Problem(
+        gpus(16, 16, 24), (kv_stage(0, "a", 12, 65536, tps=(1, 2)), kv_stage(1, "b", 6, 32768)), 10, 1 * GiB
+    ),
+    "exclusive pair on one GPU": Problem(
+        gpus(24), (kv_stage(0, "a", 10, 65536), kv_stage(1, "b", 10, 65536)), 20, 1 * GiB, ((0, 1),)
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_cpsat_finds_the_brute_force_optimum(name):
+    problem = CASES[name]
+    expected = best_objective(problem)
+    solution = cpsat.solve(problem, time_limit_s=20)
+    assert expected is not None
+    assert solution.status is cpsat.SolveStatus.OPTIMAL
+    kv_milli = [a.milli_requests for a, st in zip(solution.assignments, problem.stages) if st.has_kv]
+    assert (solution.objective, sum(kv_milli)) == expected
+
+
+def test_infeasible_instance_is_reported_by_both():
+    problem = Problem(gpus(16), (kv_stage(0, "a", 15, 65536),), 20, 1 * GiB)
+    assert best_objective(problem) is None
+    assert cpsat.solve(problem, 5).status is cpsat.SolveStatus.INFEASIBLE
+
+
+def test_exclusive_stages_are_not_summed_but_co_resident_ones_are():
+    shared = Problem(gpus(24), (kv_stage(0, "a", 10, 65536), kv_stage(1, "b", 10, 65536)), 20, 1 * GiB)
+    apart = Problem(shared.gpus, shared.stages, 20, 1 * GiB, ((0, 1),))
+    assert cpsat.solve(shared, 5).status is cpsat.SolveStatus.INFEASIBLE  # 2 x 10 GiB + KV > 23 GiB
+    solution = cpsat.solve(apart, 5)
+    assert solution.status is cpsat.SolveStatus.OPTIMAL
+    starts = {a.start for a in solution.assignments}
+    assert starts == {0, 1}  # the two stages are in different launches
+
+
+def test_min_requests_is_enforced():
+    base = Problem(gpus(24), (kv_stage(0, "a", 10, 65536, min_requests=1),), 100, 1 * GiB)
+    solution = cpsat.solve(base, 5)
+    most = solution.assignments[0].milli_requests // 1000
+    too_many = Problem(base.gpus, (kv_stage(0, "a", 10, 65536, min_requests=most + 1),), 100, 1 * GiB)
+    assert cpsat.solve(too_many, 5).status is cpsat.SolveStatus.INFEASIBLE
+
+
+def test_same_problem_same_answer():
+    problem = CASES["three GPUs, TP over any pair"]
+    first, second = cpsat.solve(problem, 10), cpsat.solve(problem, 10)
+    assert first.assignments == second.assignments
+
+
+def test_kv_respects_mib_accounting():
+    problem = CASES["two stages, two equal GPUs"]
+    for a, st in zip(cpsat.solve(problem, 5).assignments, problem.stages):
+        opt = st.options[a.option_index]
+        for g in a.gpus:
+            budget = problem.gpus[g].total_bytes * a.util_steps // problem.resolution - opt.memory.inside_bytes
+            assert a.kv_mib * MiB <= budget
