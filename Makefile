@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test venv clean
+.PHONY: run test venv clean examples
 
 $(BIN)/omni-autoconf: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,3 +22,8 @@ test: venv
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache deploy.yaml
+
+# Regenerate examples/ (checked by tests/test_examples.py); paste comparison.md and
+# `omni-autoconf --help` into the README when they change.
+examples: venv
+	$(BIN)/python examples/regenerate.py

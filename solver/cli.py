@@ -118,7 +118,7 @@ def _run(debug: bool, action: Callable[[], int]) -> None:
 
 
 @click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--gpus", "gpus_text", metavar="NxNAME[,...]", help="GPUs in CUDA order, e.g. 2xH100-80GB or 1xH100-80GB,1xA100-40GB.")
+@click.option("--gpus", "gpus_text", metavar="NxNAME[,...]", help="GPUs in CUDA order, e.g. 2xH100-80GB or 1xH100-80GB,1xA100-40GB; `local` reads them through NVML.")
 @click.option("--model", "model_name", metavar="NAME", help="Pipeline from the catalog (see `omni-autoconf models`).")
 @click.option("--omni-version", default=NEWEST_OMNI_VERSION, show_default=True, metavar="X.Y",
               help=f"vLLM-Omni version to plan for ({', '.join(OMNI_VERSIONS)}).")
@@ -162,7 +162,12 @@ def _plan_command(**o) -> int:
 
     if not o["gpus_text"] or not o["model_name"]:
         raise InputError("both --gpus and --model are required (see --help)")
-    gpus = tuple(parse_gpus(o["gpus_text"]))
+    if o["gpus_text"].strip().lower() == "local":
+        from .nvml import read_local_gpus
+
+        gpus = tuple(read_local_gpus())
+    else:
+        gpus = tuple(parse_gpus(o["gpus_text"]))
     pipeline = lookup_model(o["model_name"])
     version = omni_version(o["omni_version"])
     if not 0 <= o["buffer_gib"] <= 64:

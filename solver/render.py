@@ -30,7 +30,12 @@ def _represent_list(dumper: yaml.SafeDumper, data: list) -> yaml.Node:
     return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
 
 
+class _Quoted(str):
+    """A string written in double quotes (device lists, as in vLLM-Omni's files: "0,1")."""
+
+
 _Dumper.add_representer(list, _represent_list)
+_Dumper.add_representer(_Quoted, lambda d, s: d.represent_scalar("tag:yaml.org,2002:str", s, style='"'))
 
 
 def _dump(data: dict) -> str:
@@ -42,7 +47,7 @@ def _gib(nbytes: float) -> str:
 
 
 def _devices(sp: StagePlan) -> str:
-    return ",".join(str(d) for d in sp.devices)
+    return _Quoted(",".join(str(d) for d in sp.devices))
 
 
 def _command_line(plan: Plan) -> str:

@@ -1,0 +1,75 @@
+"""Regenerate the example outputs in this folder (`make examples`).
+
+tests/test_examples.py re-runs every entry and fails when a file here is stale, so the
+examples always show what the current code writes.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+HERE = Path(__file__).resolve().parent
+
+# (file, omni-autoconf arguments): the three commands of the README, and the one-card 3B.
+EXAMPLES = [
+    ("qwen3-omni-moe.2xH100-80GB.deploy.yaml", ["--gpus", "2xH100-80GB", "--model", "qwen3-omni-moe"]),
+    (
+        "qwen3-omni-moe.2xH100-80GB.stage_configs.yaml",
+        ["--gpus", "2xH100-80GB", "--model", "qwen3-omni-moe", "--schema", "stage-args"],
+    ),
+    (
+        "qwen2.5-omni-7b.H100+A100.json",
+        ["--gpus", "1xH100-80GB,1xA100-80GB", "--model", "qwen2.5-omni-7b", "--max-model-len", "32768",
+         "--format", "json"],
+    ),
+    (
+        "qwen2.5-omni-3b.1xRTX4090.deploy.yaml",
+        ["--gpus", "1xRTX4090", "--model", "qwen2.5-omni-3b", "--max-model-len", "4096",
+         "--max-num-batched-tokens", "4096"],
+    ),
+]
+
+
+def render(args: list[str]) -> str:
+    from omni_autoconf.cli import main
+
+    result = CliRunner().invoke(main, [*args, "-q"])
+    if result.exit_code != 0:
+        raise SystemExit(f"omni-autoconf {' '.join(args)} failed: {result.stderr}")
+    return result.stdout
+
+
+def comparable(name: str, text: str) -> str:
+    """The text with run-to-run variation (JSON solve_seconds) taken out."""
+    if name.endswith(".json"):
+        data = json.loads(text)
+        data.pop("solve_seconds", None)
+        return json.dumps(data, indent=2)
+    return text
+
+
+def main() -> None:
+    for name, args in EXAMPLES:
+        (HERE / name).write_text(render(args))
+        print(f"wrote examples/{name}", file=sys.stderr)
+    sys.path.insert(0, str(HERE))
+    from compare_bundled import table
+
+    (HERE / "comparison.md").write_text(table())
+    print("wrote examples/comparison.md", file=sys.stderr)
+    (HERE / "help.txt").write_text(help_text())
+    print("wrote examples/help.txt", file=sys.stderr)
+
+
+def help_text() -> str:
+    from omni_autoconf.cli import main
+
+    return CliRunner().invoke(main, ["--help"], terminal_width=88).stdout
+
+
+if __name__ == "__main__":
+    main()
