@@ -66,9 +66,11 @@ def main() -> None:
 
 
 def help_text() -> str:
+    """`omni-autoconf --help` and `omni-autoconf check --help`, as the README shows them."""
     from omni_autoconf.cli import main
 
-    return CliRunner().invoke(main, ["--help"], terminal_width=88).stdout
+    runner = CliRunner()
+    return "\n".join(runner.invoke(main, [*cmd, "--help"], terminal_width=88, prog_name="omni-autoconf").stdout for cmd in ([], ["check"]))
 
 
 if __name__ == "__main__":

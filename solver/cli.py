@@ -10,6 +10,7 @@ Domain errors become one line on stderr; tracebacks only with --debug.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import tempfile
@@ -68,6 +69,21 @@ def _per_stage(
     return out
 
 
+def _devices(values: tuple[str, ...], pipeline) -> dict[str, tuple[int, ...]]:
+    """Parse `--devices STAGE=0,1` (one stage per option) into {name: (0, 1)}."""
+    out: dict[str, tuple[int, ...]] = {}
+    for text in values:
+        key, sep, raw = text.partition("=")
+        if not sep:
+            raise InputError(f"--devices: expected STAGE=INDEX[,INDEX...], got {text!r}")
+        try:
+            devices = tuple(int(p) for p in raw.split(","))
+        except ValueError:
+            raise InputError(f"--devices {text!r}: GPU indices must be whole numbers") from None
+        out[pipeline.stage(key.strip()).name] = devices
+    return out
+
+
 def _exclusive_groups(values: tuple[str, ...], pipeline) -> tuple[tuple[str, ...], ...]:
     groups = []
     for text in values:
@@ -99,6 +115,21 @@ def write_atomically(path: str, text: str) -> None:
         raise
 
 
+def _no_plan_text(exc: NoPlanError) -> str:
+    from .fixes import FIX_KINDS
+
+    lines = [f"omni-autoconf: no plan: {exc.message}"]
+    lines += [f"  - {r}" for r in exc.reasons]
+    if exc.fixes:
+        lines.append("Fixes, each proven to give a plan (smallest change first):")
+        for f in exc.fixes:
+            lines.append(f"  * {f.summary}:")
+            lines.append(f"      {f.command}")
+    else:
+        lines.append(f"No fix within the fix list ({FIX_KINDS}) gives a plan.")
+    return "\n".join(lines) + "\n"
+
+
 def _run(debug: bool, action: Callable[[], int]) -> None:
     """Run `action`, turning domain errors into one line and an exit code."""
     try:
@@ -106,14 +137,21 @@ def _run(debug: bool, action: Callable[[], int]) -> None:
     except AutoconfError as exc:
         if debug:
             raise
-        prefix = "no plan" if isinstance(exc, NoPlanError) else "error"
-        click.echo(f"omni-autoconf: {prefix}: {exc}", err=True)
+        if isinstance(exc, NoPlanError):
+            click.echo(_no_plan_text(exc), err=True, nl=False)
+        else:
+            click.echo(f"omni-autoconf: error: {exc}", err=True)
         sys.exit(exc.exit_code)
     except (OSError, KeyboardInterrupt) as exc:
         if debug:
             raise
-        click.echo(f"omni-autoconf: error: {exc}", err=True)
+        click.echo(f"omni-autoconf: error: {exc or type(exc).__name__}", err=True)
         sys.exit(2)
+    except Exception as exc:  # a bug: say so in one line, keep the traceback for --debug
+        if debug:
+            raise
+        click.echo(f"omni-autoconf: internal error: {type(exc).__name__}: {exc} (re-run with --debug)", err=True)
+        sys.exit(3)
     sys.exit(code)
 
 
@@ -127,6 +165,8 @@ def _run(debug: bool, action: Callable[[], int]) -> None:
 @click.option("--format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), help="Write here (atomically) instead of stdout.")
 @click.option("--tp", multiple=True, metavar="STAGE=N", help="Fix a stage's tensor_parallel_size (stage name or id).")
+@click.option("--devices", multiple=True, metavar="STAGE=I[,J]", help="Pin a stage to these GPU indices (its TP = their count).")
+@click.option("--enforce-eager", multiple=True, metavar="STAGE=true|false", help="enforce_eager (default: the bundled config's).")
 @click.option("--max-model-len", multiple=True, metavar="[STAGE=]N", help="max_model_len (default: the model's maximum position).")
 @click.option("--max-num-seqs", multiple=True, metavar="[STAGE=]N", help="max_num_seqs (default: the bundled config's).")
 @click.option("--max-num-batched-tokens", multiple=True, metavar="[STAGE=]N", help="max_num_batched_tokens (default: the bundled config's).")
@@ -155,19 +195,13 @@ def main(ctx: click.Context, **opts) -> None:
 
 def _plan_command(**o) -> int:
     from .catalog import lookup_model
-    from .gpus import parse_gpus
     from .planner import Request, plan
     from .render import RENDERERS, render_json, render_table
     from .vllm_facts import omni_version
 
     if not o["gpus_text"] or not o["model_name"]:
         raise InputError("both --gpus and --model are required (see --help)")
-    if o["gpus_text"].strip().lower() == "local":
-        from .nvml import read_local_gpus
-
-        gpus = tuple(read_local_gpus())
-    else:
-        gpus = tuple(parse_gpus(o["gpus_text"]))
+    gpus = _gpus(o["gpus_text"])
     pipeline = lookup_model(o["model_name"])
     version = omni_version(o["omni_version"])
     if not 0 <= o["buffer_gib"] <= 64:
@@ -182,6 +216,8 @@ def _plan_command(**o) -> int:
         buffer_bytes=int(o["buffer_gib"] * GiB),
         resolution=_resolution(o["resolution"]),
         tp=_per_stage("tp", o["tp"], pipeline, int, allow_global=False),
+        devices=_devices(o["devices"], pipeline),
+        enforce_eager=_bool_per_stage("enforce-eager", o["enforce_eager"], pipeline),
         max_model_len=_per_stage("max-model-len", o["max_model_len"], pipeline, int, kv_only=True),
         max_num_seqs=_per_stage("max-num-seqs", o["max_num_seqs"], pipeline, int),
         max_num_batched_tokens=_per_stage("max-num-batched-tokens", o["max_num_batched_tokens"], pipeline, int),
@@ -199,7 +235,13 @@ def _plan_command(**o) -> int:
                 err=True,
             )
 
-    result = plan(request, on_solve=progress)
+    try:
+        result = plan(request, on_solve=progress)
+    except NoPlanError as exc:
+        _attach_fixes(exc, request, o["quiet"])
+        if o["fmt"] == "json":
+            click.echo(json.dumps(no_plan_dict(exc), indent=2))
+        raise
     text = render_json(result) if o["fmt"] == "json" else RENDERERS[request.schema](result)
     if o["output"]:
         write_atomically(o["output"], text)
@@ -210,6 +252,139 @@ def _plan_command(**o) -> int:
         if o["output"]:
             click.echo(f"omni-autoconf: wrote {o['output']}", err=True)
     return 0
+
+
+def _attach_fixes(exc: NoPlanError, request, quiet: bool) -> None:
+    from .fixes import propose_fixes
+
+    if not quiet:
+        click.echo("omni-autoconf: no plan; searching for fixes (each proven by re-solving) ...", err=True)
+    exc.fixes = propose_fixes(request)
+
+
+def no_plan_dict(exc: NoPlanError) -> dict:
+    """A failed plan as data (`--format json`)."""
+    from .fixes import FIX_KINDS
+
+    return {
+        "status": "infeasible",
+        "message": exc.message,
+        "conflict": exc.conflict,
+        "reasons": exc.reasons,
+        "fixes": [f.as_dict() for f in exc.fixes],
+        "fixes_tried": FIX_KINDS,
+    }
+
+
+def _bool_per_stage(option: str, values: tuple[str, ...], pipeline) -> dict[str, bool]:
+    out: dict[str, bool] = {}
+    for text in values:
+        for term in text.split(","):
+            key, sep, raw = term.partition("=")
+            if not sep or raw.strip().lower() not in ("true", "false"):
+                raise InputError(f"--{option}: expected STAGE=true|false, got {term!r}")
+            out[pipeline.stage(key.strip()).name] = raw.strip().lower() == "true"
+    return out
+
+
+@main.command("check")
+@click.argument("config", type=click.Path(dir_okay=False))
+@click.option("--gpus", "gpus_text", required=True, metavar="NxNAME[,...]", help="GPUs in CUDA order, or `local`.")
+@click.option("--model", "model_name", required=True, metavar="NAME", help="Pipeline from the catalog.")
+@click.option("--omni-version", default=NEWEST_OMNI_VERSION, show_default=True, metavar="X.Y")
+@click.option("--platform", default="cuda", show_default=True, help="Which `platforms:` overrides of a deploy file apply.")
+@click.option("--upstream", is_flag=True, help="Upstream vLLM start-up: refuse when free < requested (default: vLLM-Omni caps).")
+@click.option("--parallel-init", is_flag=True, help="Check vLLM-Omni's parallel_stage_init admission rule too.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option("--fix", is_flag=True, help="Write the optimal plan that keeps what the file pins (see --keep).")
+@click.option("--keep", default="devices,tp", show_default=True, metavar="devices,tp|none",
+              help="With --fix: what of the file stays pinned.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), help="With --fix: write here.")
+@click.option("-q", "--quiet", is_flag=True)
+@click.option("--debug", is_flag=True, help="Show tracebacks.")
+def check_command(**o) -> None:
+    """Predict whether CONFIG (deploy or stage_args YAML) starts, and each stage's KV.
+
+    Exit 0: starts with no predicted problem; 1: a problem is predicted (each with a
+    stable code); 2: invalid input.
+    """
+    _run(o["debug"], lambda: _check(**o))
+
+
+def _check(**o) -> int:
+    from .catalog import lookup_model
+    from .configfile import read_config
+    from .render import check_dict, render_check_table
+    from .startup import simulate
+    from .vllm_facts import omni_version
+
+    gpus = _gpus(o["gpus_text"])
+    pipeline = lookup_model(o["model_name"])
+    version = omni_version(o["omni_version"])
+    config = read_config(o["config"], o["platform"])
+    report = simulate(pipeline, list(gpus), version, config, upstream=True if o["upstream"] else None,
+                      parallel_init=o["parallel_init"])
+    if o["fix"]:
+        return _fix(report, pipeline, gpus, version, config, o)
+    if o["fmt"] == "json":
+        click.echo(json.dumps(check_dict(report), indent=2))
+    else:
+        click.echo(render_check_table(report), nl=False)
+    return 0 if report.ok else 1
+
+
+def _fix(report, pipeline, gpus, version, config, o: dict) -> int:
+    from .planner import Request, plan
+    from .render import RENDERERS, render_gain_table
+    from .startup import resolve_settings
+
+    keep = {k.strip() for k in o["keep"].split(",") if k.strip()} - {"none"}
+    if keep - {"devices", "tp"}:
+        raise InputError(f"--keep {o['keep']!r}: name devices, tp, both, or none")
+    settings = resolve_settings(pipeline, config, version)
+    layout_ok = {o_.spec.name for o_ in report.stages if o_.memory is not None} - {
+        p.stage for p in report.problems if p.code in ("unknown-device", "tp-mismatch", "tp-not-divisible")
+    }
+    request = Request(
+        pipeline=pipeline,
+        gpus=gpus,
+        version=version,
+        schema=config.schema,
+        tp={rs.spec.name: rs.tensor_parallel_size for rs in settings
+            if "tp" in keep and rs.explicit_tp and rs.spec.name in layout_ok},
+        devices={rs.spec.name: rs.devices for rs in settings
+                 if "devices" in keep and rs.explicit_devices and rs.spec.name in layout_ok},
+        max_model_len={rs.spec.name: rs.knobs.max_model_len for rs in settings if rs.spec.has_kv_cache},
+        max_num_seqs={rs.spec.name: rs.knobs.max_num_seqs for rs in settings},
+        max_num_batched_tokens={rs.spec.name: rs.knobs.max_num_batched_tokens for rs in settings},
+        enforce_eager={rs.spec.name: rs.knobs.enforce_eager for rs in settings},
+        kv_cache_dtype="fp8" if any(rs.knobs.kv_cache_dtype == "fp8" for rs in settings) else "auto",
+    )
+    try:
+        result = plan(request)
+    except NoPlanError as exc:
+        _attach_fixes(exc, request, o["quiet"])
+        raise
+    text = RENDERERS[request.schema](result)
+    if o["output"]:
+        write_atomically(o["output"], text)
+    else:
+        click.echo(text, nl=False)
+    if not o["quiet"]:
+        click.echo(render_gain_table(report, result), err=True, nl=False)
+        if o["output"]:
+            click.echo(f"omni-autoconf: wrote {o['output']}", err=True)
+    return 0
+
+
+def _gpus(text: str):
+    from .gpus import parse_gpus
+
+    if text.strip().lower() == "local":
+        from .nvml import read_local_gpus
+
+        return tuple(read_local_gpus())
+    return tuple(parse_gpus(text))
 
 
 @main.command("gpus")

@@ -16,6 +16,7 @@ Variables:
 
 Constraints, one function each:
     _add_choice          exactly one TP option; as many GPUs as that degree
+    _add_pins            a TP degree or GPU set fixed by the user (--tp, --devices)
     _add_gpu_capacity    per GPU g, a cumulative over the stages' intervals:
                          demand = C_g u[s] + 2R + R out_o   (R x requested + outside)
                          capacity = R (C_g - reserve)
@@ -25,7 +26,7 @@ Constraints, one function each:
                          stage (started one after another) follows from it.
     _add_kv              R kv[s] <= C_g u[s] - R in_o   for every g with p[s,g] and x[s,o]
                          generation stages: C_g u[s] >= R in_o
-    _add_min_kv          kv[s] >= blocks(n_s L_s) b_o  if x[s,o]
+    _add_min_kv          kv[s] >= blocks(L_s) b_o and kv[s] >= blocks(n_s L_s) b_o  if x[s,o]
     _add_capacity_units  m[s] b_o L_s <= 1000 kv[s] MiB if x[s,o] (divided by their gcd)
 
 Units: the model counts memory in whole MiB so that its coefficients stay small (CP-SAT's
@@ -94,13 +95,21 @@ class Solution:
 
 
 class _Model:
-    """Variables and constraints around one CpModel (built once, re-solved per phase)."""
+    """Variables and constraints around one CpModel (built once, re-solved per phase).
 
-    def __init__(self, problem: Problem):
+    With `explain=True` every requirement group is enforced by an assumption literal
+    (named as in `self.assume`), GPU capacities get a slack that their literal forces to
+    zero, and the objective's variables are left out: the model is then only used to ask
+    which requirements cannot hold together.
+    """
+
+    def __init__(self, problem: Problem, explain: bool = False):
         from ortools.sat.python import cp_model
 
         self.cp = cp_model
         self.pb = problem
+        self.explain = explain
+        self.assume: dict[str, object] = {}
         self.m = cp_model.CpModel()
         S, G = range(len(problem.stages)), range(len(problem.gpus))
         R = problem.resolution
@@ -114,17 +123,29 @@ class _Model:
             (s, g): self.m.NewBoolVar(f"place[{problem.stages[s].name}][gpu{g}]") for s in S for g in G
         }
         self.u = {s: self.m.NewIntVar(1, R, f"util[{problem.stages[s].name}]") for s in S}
-        self.kv = {s: self.m.NewIntVar(0, max_c, f"kv[{problem.stages[s].name}]") for s in S}
+        # When explaining, kv may go negative (a fraction short of the weights) so that
+        # only the `fits` assumption, not the variable's domain, rules that out.
+        low = -max(_up(o.memory.inside_bytes) for st in problem.stages for o in st.options) if explain else 0
+        self.kv = {s: self.m.NewIntVar(low, max_c, f"kv[{problem.stages[s].name}]") for s in S}
         self.starts: dict[int, object] = {}
-        self.mr = {
-            s: self.m.NewIntVar(0, _max_milli(problem, s, max_c * MiB), f"requests_milli[{problem.stages[s].name}]")
-            for s in S
-        }
         self._add_choice()
+        self._add_pins()
         self._add_gpu_capacity()
         self._add_kv()
         self._add_min_kv()
-        self._add_capacity_units()
+        if not explain:
+            self.mr = {
+                s: self.m.NewIntVar(0, _max_milli(problem, s, max_c * MiB), f"requests_milli[{problem.stages[s].name}]")
+                for s in S
+            }
+            self._add_capacity_units()
+
+    def _require(self, group: str, constraint) -> None:
+        """Make `constraint` part of requirement `group` (an assumption when explaining)."""
+        if self.explain:
+            if group not in self.assume:
+                self.assume[group] = self.m.NewBoolVar(group)
+            constraint.OnlyEnforceIf(self.assume[group])
 
     # --- constraint families ---------------------------------------------------
 
@@ -135,6 +156,15 @@ class _Model:
                 sum(self.p[s, g] for g in range(len(self.pb.gpus)))
                 == sum(opt.tp * self.x[s, o] for o, opt in enumerate(st.options))
             )
+
+    def _add_pins(self) -> None:
+        for s, st in enumerate(self.pb.stages):
+            if st.pinned_tp is not None:
+                self._require(f"pinned-tp[{st.name}]", self.m.Add(self.x[s, st.option_index(st.pinned_tp)] == 1))
+            if st.pinned_devices is not None:
+                for g in range(len(self.pb.gpus)):
+                    on = int(g in st.pinned_devices)
+                    self._require(f"pinned-devices[{st.name}]", self.m.Add(self.p[s, g] == on))
 
     def _add_gpu_capacity(self) -> None:
         pb, R = self.pb, self.pb.resolution
@@ -150,10 +180,11 @@ class _Model:
         for group in pb.exclusive_groups:
             self.m.AddAllDifferent(starts[s] for s in group)
         for g, gpu in enumerate(pb.gpus):
-            intervals, demands = [], []
+            intervals, demands, most_total = [], [], 0
             for s, st in enumerate(pb.stages):
                 outside = sum(R * _up(opt.memory.outside_bytes) * self.x[s, o] for o, opt in enumerate(st.options))
                 most = R * (_down(gpu.total_bytes) + 2 + max(_up(opt.memory.outside_bytes) for opt in st.options))
+                most_total += most
                 demand = self.m.NewIntVar(0, most, f"demand[{st.name}][gpu{g}]")
                 self.m.Add(demand == _down(gpu.total_bytes) * self.u[s] + 2 * R + outside)
                 intervals.append(
@@ -162,7 +193,18 @@ class _Model:
                     )
                 )
                 demands.append(demand)
-            self.m.AddCumulative(intervals, demands, R * _down(pb.usable_bytes(gpu)))
+            capacity = R * _down(pb.usable_bytes(gpu))
+            if self.explain:
+                # Relaxable capacity: a large constant capacity, and a blocker interval over
+                # the whole horizon that takes all but the real capacity. The blocker is
+                # present only under the assumption capacity[gpuN]. (A variable capacity
+                # crashed CP-SAT 9.15 here.)
+                big = max(capacity, most_total)
+                lit = self.assume[f"capacity[gpu{g}]"] = self.m.NewBoolVar(f"capacity[gpu{g}]")
+                intervals.append(self.m.NewOptionalFixedSizeIntervalVar(0, horizon, lit, f"blocker[gpu{g}]"))
+                demands.append(big - capacity)
+                capacity = big
+            self.m.AddCumulative(intervals, demands, capacity)
 
     def _add_kv(self) -> None:
         R = self.pb.resolution
@@ -174,14 +216,26 @@ class _Model:
                     if st.has_kv:
                         self.m.Add(R * self.kv[s] <= budget).OnlyEnforceIf(lits)
                     else:
-                        self.m.Add(budget >= 0).OnlyEnforceIf(lits)
-            if not st.has_kv:
+                        fits = self.m.Add(budget >= 0)
+                        fits.OnlyEnforceIf(lits)
+                        self._require(f"fits[{st.name}]", fits)
+            if st.has_kv:
+                self._require(f"fits[{st.name}]", self.m.Add(self.kv[s] >= 0))
+            else:
                 self.m.Add(self.kv[s] == 0)
 
     def _add_min_kv(self) -> None:
         for s, st in enumerate(self.pb.stages):
+            if not st.has_kv:
+                continue
             for o, opt in enumerate(st.options):
-                self.m.Add(self.kv[s] >= _up(st.min_kv_bytes(opt))).OnlyEnforceIf(self.x[s, o])
+                one = self.m.Add(self.kv[s] >= _up(st.min_kv_bytes_for(opt, 1)))
+                one.OnlyEnforceIf(self.x[s, o])
+                self._require(f"max-model-len[{st.name}]", one)
+                if st.min_requests > 1:
+                    more = self.m.Add(self.kv[s] >= _up(st.min_kv_bytes(opt)))
+                    more.OnlyEnforceIf(self.x[s, o])
+                    self._require(f"min-concurrency[{st.name}]", more)
 
     def _add_capacity_units(self) -> None:
         for s, st in enumerate(self.pb.stages):
@@ -194,6 +248,35 @@ class _Model:
                 self.m.Add(self.mr[s] * (per_request // d) <= (MILLI * MiB // d) * self.kv[s]).OnlyEnforceIf(
                     self.x[s, o]
                 )
+
+    def infeasible_core(self, time_limit_s: float) -> list[str] | None:
+        """A minimal set of requirement groups that cannot hold together, or None when all
+        of them can (or the solver ran out of time before it could tell)."""
+        names = list(self.assume)
+
+        def infeasible(subset: list[str]) -> tuple[bool, list[str]]:
+            self.m.ClearAssumptions()
+            self.m.AddAssumptions([self.assume[n] for n in subset])
+            solver = self.cp.CpSolver()
+            solver.parameters.num_workers = 1  # the core is only reported single-threaded
+            solver.parameters.random_seed = RANDOM_SEED
+            solver.parameters.max_time_in_seconds = time_limit_s
+            if solver.Solve(self.m) != self.cp.INFEASIBLE:
+                return False, []
+            index = {self.assume[n].Index(): n for n in subset}
+            core = [index[i] for i in solver.SufficientAssumptionsForInfeasibility() if i in index]
+            return True, core or subset
+
+        found, core = infeasible(names)
+        if not found:
+            return None
+        # Deletion pass: drop every group the conflict does not need.
+        core = [n for n in names if n in core]
+        for name in list(core):
+            trial = [n for n in core if n != name]
+            if trial and infeasible(trial)[0]:
+                core = trial
+        return core
 
     # --- solving -----------------------------------------------------------------
 
@@ -290,6 +373,23 @@ def _max_milli(problem: Problem, s: int, max_bytes: int) -> int:
         return 0
     cheapest = min(opt.memory.kv_bytes_per_token for opt in st.options)
     return MILLI * max_bytes // (cheapest * st.max_model_len)
+
+
+def infeasible_core(problem: Problem, time_limit_s: float = 10.0) -> list[str] | None:
+    """Names of a minimal set of requirement groups of `problem` that conflict (see
+    `_Model`): capacity[gpuN], fits[stage], max-model-len[stage], min-concurrency[stage],
+    pinned-tp[stage], pinned-devices[stage]. None when the problem is feasible."""
+    return _Model(problem, explain=True).infeasible_core(time_limit_s)
+
+
+def has_solution(problem: Problem, time_limit_s: float = DEFAULT_TIME_LIMIT_S) -> bool:
+    """Whether any plan satisfies `problem` (no objective: one quick solve)."""
+    model = _Model(problem)
+    solver = model.cp.CpSolver()
+    solver.parameters.max_time_in_seconds = time_limit_s
+    solver.parameters.num_workers = NUM_WORKERS
+    solver.parameters.random_seed = RANDOM_SEED
+    return solver.Solve(model.m) in (model.cp.OPTIMAL, model.cp.FEASIBLE)
 
 
 def solve(problem: Problem, time_limit_s: float = DEFAULT_TIME_LIMIT_S) -> Solution:

@@ -24,9 +24,12 @@ class NoPlanError(AutoconfError):
 
     exit_code = 1
 
-    def __init__(self, message: str, reasons: list[str]):
+    def __init__(self, message: str, reasons: list[str], conflict: list[dict] | None = None):
         super().__init__(message)
+        self.message = message
         self.reasons = reasons
+        self.conflict = conflict or []  # the requirement groups that cannot hold together
+        self.fixes: list = []  # filled by fixes.propose_fixes where the caller asks for them
 
     def __str__(self) -> str:
         lines = [super().__str__()] + [f"  - {r}" for r in self.reasons]

@@ -167,6 +167,7 @@ def resolve_knobs(
     max_model_len: dict[str, int] | None = None,
     max_num_seqs: dict[str, int] | None = None,
     max_num_batched_tokens: dict[str, int] | None = None,
+    enforce_eager: dict[str, bool] | None = None,
     kv_cache_dtype: KvCacheDtype = "auto",
 ) -> dict[str, StageKnobs]:
     """Per-stage knobs: the user's value where given (key: stage name), else the defaults.
@@ -188,7 +189,7 @@ def resolve_knobs(
             max_model_len=mml,
             max_num_seqs=(max_num_seqs or {}).get(stage.name, d.max_num_seqs),
             max_num_batched_tokens=mnbt,
-            enforce_eager=d.enforce_eager,
+            enforce_eager=(enforce_eager or {}).get(stage.name, d.enforce_eager),
             kv_cache_dtype=kv_cache_dtype,
         )
     return out

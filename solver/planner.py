@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from . import cpsat, vllm_facts as F
+from . import cpsat, explain, vllm_facts as F
 from .catalog import PipelineSpec, StageSpec
 from .errors import InputError, NoPlanError
 from .gpus import Gpu
@@ -21,7 +21,6 @@ from .memory import (
     requested_bytes,
     resolve_knobs,
     stage_memory,
-    tokens_needed,
 )
 from .problem import Problem, StageProblem, TpOption
 from .verify import check_plan, resident_sets
@@ -45,9 +44,11 @@ class Request:
     buffer_bytes: int = int(DEFAULT_BUFFER_GIB * GiB)
     resolution: int = 100
     tp: dict[str, int] = field(default_factory=dict)
+    devices: dict[str, tuple[int, ...]] = field(default_factory=dict)
     max_model_len: dict[str, int] = field(default_factory=dict)
     max_num_seqs: dict[str, int] = field(default_factory=dict)
     max_num_batched_tokens: dict[str, int] = field(default_factory=dict)
+    enforce_eager: dict[str, bool] = field(default_factory=dict)
     min_concurrency: dict[str, int] = field(default_factory=dict)
     weight: dict[str, float] = field(default_factory=dict)
     exclusive: tuple[tuple[str, ...], ...] = ()
@@ -123,28 +124,27 @@ def build_problem(request: Request) -> tuple[Problem, dict[str, StageKnobs]]:
         max_model_len=request.max_model_len,
         max_num_seqs=request.max_num_seqs,
         max_num_batched_tokens=request.max_num_batched_tokens,
+        enforce_eager=request.enforce_eager,
         kv_cache_dtype=request.kv_cache_dtype,
     )
     stages = []
     for st in pipeline.stages:
-        degrees = [request.tp[st.name]] if st.name in request.tp else st.tp_degrees
-        for d in degrees:
-            heads = st.transformer.num_heads
-            if heads % d:
-                raise InputError(
-                    f"--tp {st.name}={d}: {d} does not divide the {heads} attention heads of {st.name} "
-                    f"(allowed: {', '.join(map(str, st.tp_degrees))})"
-                )
-            if d not in st.tp_degrees:
-                raise InputError(
-                    f"--tp {st.name}={d}: not allowed for {st.name} (allowed: {', '.join(map(str, st.tp_degrees))})"
-                )
-        fitting = [d for d in degrees if d <= len(gpus)]
-        if not fitting:
+        pinned_tp = request.tp.get(st.name)
+        pinned_devices = request.devices.get(st.name)
+        if pinned_devices is not None:
+            pinned_devices = _check_devices(st, pinned_devices, pinned_tp, len(gpus))
+            pinned_tp = len(pinned_devices)
+        if pinned_tp is not None:
+            _check_tp(st, pinned_tp, len(gpus))
+        options = tuple(
+            TpOption(tp=d, memory=stage_memory(st, d, knobs[st.name], request.version))
+            for d in st.tp_degrees
+            if d <= len(gpus)
+        )
+        if not options:
             raise InputError(
-                f"{st.name} needs tensor_parallel_size {degrees[0]} but only {len(gpus)} GPU(s) were given"
+                f"{st.name} needs tensor_parallel_size {st.tp_degrees[0]} but only {len(gpus)} GPU(s) were given"
             )
-        options = tuple(TpOption(tp=d, memory=stage_memory(st, d, knobs[st.name], request.version)) for d in fitting)
         stages.append(
             StageProblem(
                 stage_id=st.stage_id,
@@ -154,6 +154,8 @@ def build_problem(request: Request) -> tuple[Problem, dict[str, StageKnobs]]:
                 max_model_len=knobs[st.name].max_model_len,
                 min_requests=request.min_concurrency.get(st.name, 1),
                 weight_pct=round(100 * request.weight.get(st.name, 1.0)),
+                pinned_tp=pinned_tp,
+                pinned_devices=pinned_devices,
             )
         )
     index = {st.name: i for i, st in enumerate(pipeline.stages)}
@@ -167,6 +169,28 @@ def build_problem(request: Request) -> tuple[Problem, dict[str, StageKnobs]]:
         exclusive_groups=groups,
     )
     return problem, knobs
+
+
+def _check_tp(st: StageSpec, tp: int, num_gpus: int) -> None:
+    heads = st.transformer.num_heads
+    allowed = ", ".join(map(str, st.tp_degrees))
+    if heads % tp:
+        raise InputError(f"--tp {st.name}={tp}: {tp} does not divide the {heads} attention heads of {st.name} (allowed: {allowed})")
+    if tp not in st.tp_degrees:
+        raise InputError(f"--tp {st.name}={tp}: not allowed for {st.name} (allowed: {allowed})")
+    if tp > num_gpus:
+        raise InputError(f"{st.name} needs tensor_parallel_size {tp} but only {num_gpus} GPU(s) were given")
+
+
+def _check_devices(st: StageSpec, devices: tuple[int, ...], tp: int | None, num_gpus: int) -> tuple[int, ...]:
+    shown = ",".join(map(str, devices))
+    if not devices or len(set(devices)) != len(devices):
+        raise InputError(f"--devices {st.name}={shown}: list distinct GPU indices")
+    if any(not 0 <= d < num_gpus for d in devices):
+        raise InputError(f"--devices {st.name}={shown}: only GPUs 0..{num_gpus - 1} were given")
+    if tp is not None and tp != len(devices):
+        raise InputError(f"{st.name}: tensor_parallel_size {tp} but {len(devices)} device(s) {shown}")
+    return tuple(sorted(devices))
 
 
 def assemble(
@@ -248,9 +272,11 @@ def plan(request: Request, on_solve: Callable[[Problem], None] | None = None) ->
         on_solve(problem)
     solution = cpsat.solve(problem, request.time_limit_s)
     if solution.status is cpsat.SolveStatus.INFEASIBLE:
+        core, lines = explain.reasons(problem)
         raise NoPlanError(
-            f"no plan fits {request.pipeline.name} on {_describe_gpus(request.gpus)}",
-            explain_infeasible(problem),
+            f"no plan fits {request.pipeline.name} on {len(request.gpus)} GPU(s) ({', '.join(g.name for g in request.gpus)})",
+            lines,
+            conflict=[r.as_dict() for r in core],
         )
     if solution.status is cpsat.SolveStatus.UNKNOWN:
         raise NoPlanError(
@@ -290,80 +316,27 @@ def evaluate(request: Request, placements: dict[str, Placement]) -> tuple[Plan, 
     Returns the plan with every figure computed, and the rules it breaks (empty when it
     would start and meet the same constraints a computed plan meets).
     """
-    tp = {name: p.tensor_parallel_size for name, p in placements.items()}
     missing = [st.name for st in request.pipeline.stages if st.name not in placements]
     if missing:
         raise InputError(f"no placement given for stage(s) {', '.join(missing)}")
-    fixed = replace(request, tp={**request.tp, **tp}, resolution=EVALUATION_RESOLUTION)
+    fixed = replace(
+        request,
+        tp={name: p.tensor_parallel_size for name, p in placements.items()},
+        devices={name: p.devices for name, p in placements.items()},
+        resolution=EVALUATION_RESOLUTION,
+    )
     problem, knobs = build_problem(fixed)
     assignments = []
-    for st in fixed.pipeline.stages:
+    for st, sp in zip(fixed.pipeline.stages, problem.stages):
         p = placements[st.name]
         steps = round(p.gpu_memory_utilization * EVALUATION_RESOLUTION)
         if abs(steps - p.gpu_memory_utilization * EVALUATION_RESOLUTION) > 1e-6:
             raise InputError(f"{st.name}: gpu_memory_utilization {p.gpu_memory_utilization} has more than 3 decimals")
-        assignments.append(cpsat.StageAssignment(0, tuple(sorted(p.devices)), steps, 0, 0, None))
+        option = sp.option_index(sp.pinned_tp)
+        assignments.append(cpsat.StageAssignment(option, sp.pinned_devices, steps, 0, 0, None))
     result = assemble(fixed, problem, knobs, tuple(assignments), status="given")
     return result, check_plan(problem, result)
 
 
-def _describe_gpus(gpus: tuple[Gpu, ...]) -> str:
-    names: dict[str, int] = {}
-    for gpu in gpus:
-        names[gpu.name] = names.get(gpu.name, 0) + 1
-    return ",".join(f"{n}x{name}" for name, n in names.items())
 
 
-def _gib(nbytes: float) -> str:
-    return f"{nbytes / GiB:.2f} GiB"
-
-
-def explain_infeasible(problem: Problem) -> list[str]:
-    """Which stage cannot fit on which GPU, and by how much.
-
-    First each stage alone, at its most frugal TP option, on the largest GPUs; then, when
-    every stage fits alone, the total they need against what the GPUs offer.
-    """
-    reasons: list[str] = []
-    R = problem.resolution
-    best_total = 0
-    for st in problem.stages:
-        best_short, best_line, best_need = None, "", None
-        for opt in st.options:
-            need_per_rank = opt.memory.inside_bytes + st.min_kv_bytes(opt)
-            ranked = sorted(problem.gpus, key=lambda g: (-g.total_bytes, g.index))[: opt.tp]
-            worst = ranked[-1]
-            # The fraction is a whole number of steps, so round the need up to one.
-            steps = -(-need_per_rank * R // worst.total_bytes)
-            requested = requested_bytes(worst.total_bytes, steps, R)
-            footprint = requested + opt.memory.outside_bytes
-            short = footprint - problem.usable_bytes(worst)
-            total = footprint * opt.tp
-            if best_need is None or total < best_need:
-                best_need = total
-            if best_short is None or short < best_short:
-                best_short = short
-                kv_part = (
-                    f", KV for {st.min_requests} request(s) of {st.max_model_len} tokens {_gib(st.min_kv_bytes(opt))}"
-                    if st.has_kv
-                    else ""
-                )
-                best_line = (
-                    f"{st.name} at TP={opt.tp} needs {_gib(footprint)} per GPU (weights "
-                    f"{_gib(opt.memory.weights_bytes)}, activations {_gib(opt.memory.activation_bytes)}{kv_part}, "
-                    f"overheads {_gib(opt.memory.overhead_bytes)}) but GPU {worst.index} ({worst.name}) offers "
-                    f"{_gib(problem.usable_bytes(worst))} after reserves: short by {_gib(short)}"
-                )
-        best_total += best_need or 0
-        if best_short is not None and best_short > 0:
-            reasons.append(best_line)
-    if not reasons:
-        usable = sum(problem.usable_bytes(g) for g in problem.gpus)
-        reasons.append(
-            f"each stage fits alone, but together they need at least {_gib(best_total)} against "
-            f"{_gib(usable)} usable on {len(problem.gpus)} GPU(s): short by {_gib(max(0, best_total - usable))} "
-            f"or more, since a stage cannot be split across GPUs beyond its TP degree"
-        )
-        if problem.exclusive_groups:
-            reasons.append("exclusive groups were taken into account")
-    return reasons

@@ -33,12 +33,21 @@ class StageProblem:
     max_model_len: int
     min_requests: int = 1  # KV stages: requests of max_model_len the cache must hold
     weight_pct: int = 100  # objective weight x 100 (--weight thinker=2 -> 200)
+    pinned_tp: int | None = None  # --tp, or a config file's tensor_parallel_size kept by --fix
+    pinned_devices: tuple[int, ...] | None = None  # --devices, or a config file's devices
 
-    def min_kv_bytes(self, option: TpOption) -> int:
-        """KV bytes per rank that hold `min_requests` requests of max_model_len (whole blocks)."""
+    def option_index(self, tp: int) -> int:
+        return next(i for i, opt in enumerate(self.options) if opt.tp == tp)
+
+    def min_kv_bytes_for(self, option: TpOption, requests: int) -> int:
+        """KV bytes per rank that hold `requests` requests of max_model_len (whole blocks)."""
         if not self.has_kv:
             return 0
-        return tokens_needed(self.max_model_len * self.min_requests) * option.memory.kv_bytes_per_token
+        return tokens_needed(self.max_model_len * requests) * option.memory.kv_bytes_per_token
+
+    def min_kv_bytes(self, option: TpOption) -> int:
+        """KV bytes per rank that hold `min_requests` requests of max_model_len."""
+        return self.min_kv_bytes_for(option, self.min_requests)
 
     def milli_requests(self, kv_bytes: int, option: TpOption) -> int:
         """KV capacity in thousandths of a max-length request: the objective's unit."""

@@ -75,6 +75,11 @@ FUSED_MOE_CHUNK_TOKENS = 16 * 1024
 # bundled omni configs ("every stage here uses vLLM's default max_num_batched_tokens=32768",
 # vllm-omni-0.30/deploy/qwen2_5_omni.yaml header).
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 32768
+# vLLM's default gpu_memory_utilization when a config leaves it out: 0.9 (vLLM <= 0.11),
+# 0.92 (vLLM 0.33) (memory-facts §2). Where it changed in between is not in the references;
+# versions before 0.33 use 0.9.
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
+DEFAULT_GPU_MEMORY_UTILIZATION_033 = 0.92
 # vLLM V1 EngineArgs default max_num_seqs on GPUs (vLLM 0.8-0.33).
 DEFAULT_MAX_NUM_SEQS = 256
 

@@ -40,3 +40,18 @@ def test_readme_shows_the_current_help():
     help_text = regenerate.help_text()
     assert (ROOT / "examples" / "help.txt").read_text() == help_text
     assert help_text in (ROOT / "README.md").read_text(), "README --help block is stale: run `make examples`"
+
+
+def test_readme_no_plan_sample_is_current():
+    import re
+    import shlex
+
+    from click.testing import CliRunner
+
+    from omni_autoconf.cli import main
+
+    text = (ROOT / "README.md").read_text()
+    m = re.search(r"```text\n\$ (omni-autoconf [^\n]+)\n(.*?)```", text, re.S)
+    assert m, "README has no `$ omni-autoconf ...` sample"
+    result = CliRunner().invoke(main, shlex.split(m.group(1))[1:])
+    assert result.stderr == m.group(2)

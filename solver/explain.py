@@ -1,0 +1,142 @@
+"""Why no plan fits: a minimal set of conflicting requirements, in words and GiB.
+
+CP-SAT names the conflict (`cpsat.infeasible_core`: one assumption literal per
+requirement group, then a deletion pass to make the set minimal); this module turns each
+group into a sentence with the figures behind it, and adds, for the stages involved, what
+each needs at best against what the GPUs offer.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from . import cpsat
+from .problem import Problem, StageProblem, TpOption
+from .memory import requested_bytes
+from .vllm_facts import GiB
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One requirement group of the conflict."""
+
+    group: str  # capacity, fits, max-model-len, min-concurrency, pinned-tp, pinned-devices
+    subject: str  # a stage name, or "gpuN"
+    text: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"group": self.group, "subject": self.subject, "text": self.text}
+
+
+def _gib(nbytes: float) -> str:
+    return f"{nbytes / GiB:.2f} GiB"
+
+
+def _stage(problem: Problem, name: str) -> StageProblem:
+    return next(st for st in problem.stages if st.name == name)
+
+
+def _cheapest(st: StageProblem) -> TpOption:
+    """The pinned option, else the one whose per-rank need (inside + one request) is smallest."""
+    options = [o for o in st.options if st.pinned_tp in (None, o.tp)]
+    return min(options, key=lambda o: (o.memory.inside_bytes + st.min_kv_bytes_for(o, 1), o.tp))
+
+
+def _describe(problem: Problem, group: str, subject: str) -> str:
+    if group == "capacity":
+        gpu = problem.gpus[int(subject[3:])]
+        return (
+            f"GPU {gpu.index} ({gpu.name}) holds at most {_gib(problem.usable_bytes(gpu))} of stage memory "
+            f"(total {_gib(gpu.total_bytes)} less {_gib(problem.reserve_bytes)} of reserves)"
+        )
+    st = _stage(problem, subject)
+    opt = _cheapest(st)
+    m = opt.memory
+    if group == "fits":
+        return (
+            f"{st.name} needs {_gib(m.inside_bytes)} per rank inside its fraction at TP={opt.tp} "
+            f"(weights {_gib(m.weights_bytes)}, activations {_gib(m.activation_bytes)}, other "
+            f"{_gib(m.non_torch_bytes + m.graph_pool_bytes)}) plus {_gib(m.outside_bytes)} outside it"
+        )
+    if group == "max-model-len":
+        return (
+            f"{st.name} must hold one request of max_model_len {st.max_model_len}: "
+            f"{_gib(st.min_kv_bytes_for(opt, 1))} of KV per rank at TP={opt.tp}"
+        )
+    if group == "min-concurrency":
+        return (
+            f"{st.name} must hold {st.min_requests} requests of {st.max_model_len} tokens: "
+            f"{_gib(st.min_kv_bytes(opt))} of KV per rank at TP={opt.tp}"
+        )
+    if group == "pinned-tp":
+        return f"{st.name} is pinned to tensor_parallel_size {st.pinned_tp}"
+    if group == "pinned-devices":
+        return f"{st.name} is pinned to devices {','.join(map(str, st.pinned_devices or ()))}"
+    return f"{group}[{subject}]"
+
+
+def conflict(problem: Problem, time_limit_s: float = 10.0) -> list[Requirement]:
+    """The minimal conflicting requirements of an infeasible problem (empty if feasible)."""
+    names = cpsat.infeasible_core(problem, time_limit_s) or []
+    out = []
+    for name in names:
+        m = re.fullmatch(r"([a-z-]+)\[(.+)\]", name)
+        group, subject = (m.group(1), m.group(2)) if m else (name, "")
+        out.append(Requirement(group, subject, _describe(problem, group, subject)))
+    return out
+
+
+def shortfalls(problem: Problem, stages: set[str] | None = None) -> list[str]:
+    """For each stage (or those named), what it needs per GPU at its most frugal TP on the
+    largest GPUs, and by how much that exceeds what one such GPU offers; then, if every
+    stage fits alone, what they need together against all GPUs."""
+    lines: list[str] = []
+    R = problem.resolution
+    least_total = 0
+    for st in problem.stages:
+        best = None
+        for opt in [o for o in st.options if st.pinned_tp in (None, o.tp)]:
+            need = opt.memory.inside_bytes + st.min_kv_bytes(opt)
+            worst = sorted(problem.gpus, key=lambda g: (-g.total_bytes, g.index))[opt.tp - 1]
+            steps = -(-need * R // worst.total_bytes)  # a whole number of fraction steps
+            footprint = requested_bytes(worst.total_bytes, steps, R) + opt.memory.outside_bytes
+            short = footprint - problem.usable_bytes(worst)
+            if best is None or (short, footprint * opt.tp) < (best[0], best[1] * best[2].tp):
+                best = (short, footprint, opt, worst)
+        short, footprint, opt, worst = best
+        least_total += min(
+            (o.memory.inside_bytes + st.min_kv_bytes(o) + o.memory.outside_bytes) * o.tp
+            for o in st.options
+            if st.pinned_tp in (None, o.tp)
+        )
+        if short > 0 and (stages is None or st.name in stages):
+            kv = f", KV {_gib(st.min_kv_bytes(opt))}" if st.has_kv else ""
+            lines.append(
+                f"{st.name} at best (TP={opt.tp}) needs {_gib(footprint)} per GPU (weights "
+                f"{_gib(opt.memory.weights_bytes)}, activations {_gib(opt.memory.activation_bytes)}{kv}, "
+                f"overheads {_gib(opt.memory.overhead_bytes)}); GPU {worst.index} ({worst.name}) offers "
+                f"{_gib(problem.usable_bytes(worst))}: short by {_gib(short)}"
+            )
+    if not lines:
+        usable = sum(problem.usable_bytes(g) for g in problem.gpus)
+        if least_total > usable:
+            lines.append(
+                f"together the stages need at least {_gib(least_total)} against {_gib(usable)} on "
+                f"{len(problem.gpus)} GPU(s): short by {_gib(least_total - usable)}"
+            )
+        else:
+            lines.append(
+                f"together the stages need at least {_gib(least_total)} of the {_gib(usable)} the GPUs offer, "
+                "but no split of them over the GPUs works (a stage's ranks need one GPU each)"
+            )
+    return lines
+
+
+def reasons(problem: Problem, time_limit_s: float = 10.0) -> tuple[list[Requirement], list[str]]:
+    """The conflict and the shortfall lines, for an infeasible problem."""
+    core = conflict(problem, time_limit_s)
+    involved = {r.subject for r in core if not r.subject.startswith("gpu")}
+    lines = [f"cannot hold together: {r.text}" for r in core]
+    lines += shortfalls(problem, involved or None)
+    return core, lines
