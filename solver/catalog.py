@@ -13,10 +13,10 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import CatalogError, InputError
+from .yamlio import parse_mapping
 
 Schema = Literal["deploy", "stage-args"]
 SCHEMAS: tuple[str, ...] = ("deploy", "stage-args")
@@ -190,12 +190,7 @@ def _format_validation_error(filename: str, exc: ValidationError) -> str:
 
 def load_pipeline_text(text: str, filename: str) -> PipelineSpec:
     """Parse and validate one catalog file's text; errors name the file and the field."""
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise CatalogError(f"{filename}: not valid YAML: {exc}") from None
-    if not isinstance(raw, dict):
-        raise CatalogError(f"{filename}: expected a mapping at the top level")
+    raw = parse_mapping(text, filename, CatalogError)
     try:
         return PipelineSpec.model_validate(raw)
     except ValidationError as exc:

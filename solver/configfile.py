@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from .errors import InputError
+from .yamlio import parse_mapping
 
 MAX_BASE_DEPTH = 8
 
@@ -74,13 +73,7 @@ def _load_yaml(path: Path) -> dict:
         text = path.read_text()
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise InputError(f"{path}: not valid YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise InputError(f"{path}: expected a mapping at the top level")
-    return data
+    return parse_mapping(text, str(path))
 
 
 def _resolve_deploy(path: Path, depth: int = 0) -> dict:
