@@ -364,6 +364,8 @@ def _fix(report, pipeline, gpus, version, config, o: dict) -> int:
         result = plan(request)
     except NoPlanError as exc:
         _attach_fixes(exc, request, o["quiet"])
+        if o["fmt"] == "json":
+            click.echo(json.dumps(no_plan_dict(exc), indent=2))
         raise
     text = RENDERERS[request.schema](result)
     if o["output"]:

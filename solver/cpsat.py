@@ -38,7 +38,8 @@ Objective, lexicographic (each step fixes the optimum of the one before):
     1. maximise z with w_s z <= 100 m[s] for KV stages (the smallest weighted headroom)
     2. maximise sum_s m[s]
     3. minimise sum of u[s] over stages without KV (give them what they need, no more)
-    4. canonical tie-break: per stage in order, the lowest GPU indices, then the highest u[s]
+    4. canonical tie-break: per stage in order, the lowest GPU indices, then the highest u[s],
+       then the earliest time slot for stages in exclusive groups
 """
 
 from __future__ import annotations
@@ -305,6 +306,9 @@ class _Model:
             phases.append((f"devices of {pb.stages[s].name}", code, False))
         for s in range(len(pb.stages)):
             phases.append((f"fraction of {pb.stages[s].name}", self.u[s], True))
+        for s in sorted(self.starts):  # exclusive stages: the earliest slot, in stage order
+            if not isinstance(self.starts[s], int):
+                phases.append((f"slot of {pb.stages[s].name}", self.starts[s], False))
 
         status, gap, objective = SolveStatus.OPTIMAL, 0.0, 0
         solver = None

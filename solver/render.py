@@ -104,6 +104,12 @@ def header(plan: Plan) -> str:
         f"Plan: {plan.status}; smallest KV headroom {plan.min_kv_requests:.2f} max-length requests.",
         "Per-GPU memory map (GiB; requested = ceil(total x gpu_memory_utilization)):",
     ]
+    for group in plan.request.exclusive:
+        lines.insert(
+            3,
+            f"Assumes {', '.join(group)} are never resident at the same time (separate launches or "
+            "sleep mode); their fractions are sized for that, not for a joint launch.",
+        )
     for g in plan.gpus:
         lines.append(
             f"  GPU {g.gpu.index} {g.gpu.name} total {_gib(g.gpu.total_bytes)}: "
