@@ -60,7 +60,10 @@ def _per_stage(
             if not lo <= value <= hi:
                 raise InputError(f"--{option}: {value} is out of range [{lo}, {hi}]")
             if sep:
-                out[pipeline.stage(key.strip()).name] = value
+                stage = pipeline.stage(key.strip())
+                if kv_only and not stage.has_kv_cache:
+                    raise InputError(f"--{option} {term}: {stage.name} has no KV cache, so it has no {option}")
+                out[stage.name] = value
             elif allow_global:
                 for st in pipeline.stages:
                     if st.has_kv_cache or not kv_only:

@@ -77,6 +77,7 @@ def test_no_plan_exits_1_with_the_reason():
         (["--gpus", "2xH100", "--model", "qwen3-omni-moe", "--omni-version", "9.9"], "unknown vLLM-Omni version"),
         (["--gpus", "2xH100", "--model", "qwen3-omni-moe", "--exclusive", "thinker"], "at least two"),
         (["--model", "qwen3-omni-moe"], "both --gpus and --model"),
+        (["--gpus", "2xH100", "--model", "qwen3-omni-moe", "--min-concurrency", "code2wav=2"], "has no KV cache"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(args, needle):
