@@ -108,3 +108,32 @@ def test_kv_respects_mib_accounting():
         for g in a.gpus:
             budget = problem.gpus[g].total_bytes * a.util_steps // problem.resolution - opt.memory.inside_bytes
             assert a.kv_mib * MiB <= budget
+
+
+def _random_problem(seed: int) -> Problem:
+    import random
+
+    rnd = random.Random(seed)
+    sizes = [rnd.choice([16, 24, 40, 80]) for _ in range(rnd.choice([2, 3]))]
+    stages = [
+        kv_stage(0, "a", rnd.uniform(2, 30), rnd.choice([16384, 32768, 65536, 131072]), tps=(1, 2),
+                 mml=rnd.choice([4096, 8192, 32768]), weight_pct=rnd.choice([100, 150, 300])),
+        kv_stage(1, "b", rnd.uniform(1, 10), rnd.choice([8192, 20480]), mml=rnd.choice([4096, 16384])),
+    ]
+    if rnd.random() < 0.5:
+        stages.append(gen_stage(2, "c", rnd.uniform(0.2, 2)))
+    groups = ((0, 1),) if rnd.random() < 0.3 else ()
+    return Problem(gpus(*sizes), tuple(stages), 10, int(rnd.uniform(0.5, 3) * GiB), groups)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_cpsat_matches_brute_force_on_random_small_instances(seed):
+    problem = _random_problem(seed)
+    expected = best_objective(problem)
+    solution = cpsat.solve(problem, time_limit_s=20)
+    if expected is None:
+        assert solution.status is cpsat.SolveStatus.INFEASIBLE
+        return
+    assert solution.status is cpsat.SolveStatus.OPTIMAL
+    kv_milli = [a.milli_requests for a, st in zip(solution.assignments, problem.stages) if st.has_kv]
+    assert (solution.objective, sum(kv_milli)) == expected

@@ -147,3 +147,15 @@ def test_requested_is_ceil_of_total_times_fraction():
     # gpus.md: 0.6 x 79.32 GiB = 47.59 GiB, the figure vLLM printed for the A100 failure.
     assert round(requested_bytes(int(79.32 * GiB), 60, 100) / GiB, 2) == 47.59
     assert requested_bytes(101, 1, 100) == 2  # ceil, not floor
+
+
+def test_gqa_formula_matches_qwen3_14b_logged_cache():
+    # calibration (vLLM ~0.11): Qwen3-14B "Available KV cache memory: 6.51 GiB" ->
+    # "GPU KV cache size: 42,656 tokens"; 40 layers x 8 KV heads x head_dim 128, bf16.
+    qwen3_14b = _llama_8b().model_copy(
+        update={"transformer": _llama_8b().transformer.model_copy(update={"num_layers": 40, "num_heads": 40})}
+    )
+    per_token = kv_bytes_per_token(qwen3_14b, 1)
+    assert per_token == 160 * 1024  # memory-facts §5
+    low, high = (kv_tokens(int((6.51 + d) * GiB), per_token) for d in (-0.005, 0.005))
+    assert low <= 42_656 <= high
