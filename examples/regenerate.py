@@ -19,7 +19,7 @@ EXAMPLES = [
     ("qwen3-omni-moe.2xH100-80GB.deploy.yaml", ["--gpus", "2xH100-80GB", "--model", "qwen3-omni-moe"]),
     (
         "qwen3-omni-moe.2xH100-80GB.stage_configs.yaml",
-        ["--gpus", "2xH100-80GB", "--model", "qwen3-omni-moe", "--schema", "stage-args"],
+        ["--gpus", "2xH100-80GB", "--model", "qwen3-omni-moe", "--omni-version", "0.24", "--schema", "stage-args"],
     ),
     (
         "qwen2.5-omni-7b.H100+A100.json",

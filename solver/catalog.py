@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .errors import CatalogError, InputError
+from .vllm_facts import in_range
 from .yamlio import parse_mapping
 
 Schema = Literal["deploy", "stage-args"]
@@ -29,6 +30,11 @@ DTYPE_BYTES: dict[str, float] = {
     "fp8": 1.0,
     "int4": 0.52,
 }
+
+# The keys the plan decides for every stage: a catalog field must not set one (the
+# renderers would never let it win, and a catalog that tries is a mistake).
+PLANNED_KEYS = ("devices", "tensor_parallel_size", "gpu_memory_utilization", "max_model_len", "max_num_seqs",
+                "max_num_batched_tokens", "enforce_eager", "kv_cache_dtype", "max_batch_size")
 
 # Flags of OmniVersion a component or profile may depend on (see vllm_facts.OmniVersion).
 VersionFlag = Literal["talker_builds_encoders"]
@@ -98,6 +104,25 @@ class GenerationProfile(_Strict):
     source: str = Field(min_length=1)
 
 
+_VERSIONS_PATTERN = r"^\d+\.\d+(-(\d+\.\d+)?)?$"
+
+
+class TpEvidence(_Strict):
+    """An upstream config or test that runs a stage at a TP degree, in some versions."""
+
+    tp: int = Field(ge=1)
+    versions: str = Field(pattern=_VERSIONS_PATTERN, description='vLLM-Omni versions, e.g. "0.14-0.30" or "0.20-".')
+    source: str = Field(min_length=1, description="The file (wheel or repository path) and what it sets.")
+
+
+class LegacyOverlay(_Strict):
+    """Legacy (stage_args) fields that only some vLLM-Omni versions' bundled files set."""
+
+    versions: str = Field(pattern=_VERSIONS_PATTERN)
+    engine_args: dict[str, Any] = Field(default_factory=dict)
+    source: str = Field(min_length=1)
+
+
 class MemoryDefaults(_Strict):
     """Values of the memory knobs when neither the user nor the plan sets them."""
 
@@ -120,11 +145,17 @@ class StageSpec(_Strict):
     encoder_profile: EncoderProfile | None = None
     generation_profile: GenerationProfile | None = None
     tp_degrees: list[int] = Field(min_length=1, description="TP degrees vLLM accepts for this stage.")
+    tp_tested: list[TpEvidence] = Field(
+        min_length=1, description="The degrees upstream runs, with evidence: the only ones planned by default."
+    )
+    max_num_seqs_limit: int | None = Field(default=None, ge=1, description="The most requests the model can batch.")
+    max_num_seqs_limit_source: str | None = None
     defaults: dict[Schema, MemoryDefaults]
     deploy_fields: dict[str, Any] = Field(default_factory=dict, description="Non-memory keys of a deploy stage.")
     legacy_fields: dict[str, Any] = Field(default_factory=dict, description="Non-memory keys of a stage_args stage.")
     legacy_engine_args: dict[str, Any] = Field(default_factory=dict)
     legacy_runtime: dict[str, Any] = Field(default_factory=dict)
+    legacy_overlays: list[LegacyOverlay] = Field(default_factory=list)
 
     @model_validator(mode="after")
     def _check(self) -> "StageSpec":
@@ -139,6 +170,17 @@ class StageSpec(_Strict):
                 raise ValueError(f"tp_degrees: {tp} does not divide num_heads {heads}")
         if sorted(set(self.tp_degrees)) != self.tp_degrees:
             raise ValueError("tp_degrees must be ascending and distinct")
+        for ev in self.tp_tested:
+            if ev.tp not in self.tp_degrees:
+                raise ValueError(f"tp_tested: {ev.tp} is not one of tp_degrees {self.tp_degrees}")
+        for where, fields in (("deploy_fields", self.deploy_fields), ("deploy_fields.engine_extras",
+                              self.deploy_fields.get("engine_extras") or {}), ("legacy_engine_args", self.legacy_engine_args),
+                              ("legacy_runtime", self.legacy_runtime)):
+            clash = sorted(set(fields) & set(PLANNED_KEYS))
+            if clash:
+                raise ValueError(f"{where}: {', '.join(clash)} is planned, not a catalog field")
+        if (self.max_num_seqs_limit is None) != (self.max_num_seqs_limit_source is None):
+            raise ValueError("max_num_seqs_limit and max_num_seqs_limit_source go together")
         if (self.role == "generation") != (self.generation_profile is not None):
             raise ValueError("generation_profile is required for generation stages and only for them")
         missing = set(SCHEMAS) - set(self.defaults)
@@ -149,6 +191,13 @@ class StageSpec(_Strict):
     @property
     def has_kv_cache(self) -> bool:
         return self.role == "autoregressive"
+
+    def tested_tp_degrees(self, version: str) -> list[int]:
+        """The TP degrees some upstream config or test of `version` runs this stage at."""
+        return sorted({ev.tp for ev in self.tp_tested if in_range(version, ev.versions)})
+
+    def tp_evidence(self, tp: int, version: str) -> list[str]:
+        return [ev.source for ev in self.tp_tested if ev.tp == tp and in_range(version, ev.versions)]
 
 
 class PipelineSpec(_Strict):
@@ -161,6 +210,12 @@ class PipelineSpec(_Strict):
     stages: list[StageSpec] = Field(min_length=1)
     deploy_top: dict[str, Any] = Field(default_factory=dict, description="Top-level keys of the deploy YAML.")
     legacy_top: dict[str, Any] = Field(default_factory=dict, description="Top-level keys besides stage_args.")
+    legacy_versions: str = Field(
+        pattern=_VERSIONS_PATTERN,
+        description="vLLM-Omni versions in which the legacy stage wiring (the functions its "
+        "custom_process_input_func names) exists.",
+    )
+    legacy_versions_source: str = Field(min_length=1)
     sources: dict[str, str] = Field(default_factory=dict, description="Citations used by the fields.")
 
     @model_validator(mode="after")
@@ -172,6 +227,24 @@ class PipelineSpec(_Strict):
         if len(set(names)) != len(names):
             raise ValueError(f"stage names must be distinct, got {names}")
         return self
+
+    def prefix_caching(self, stage: StageSpec, schema: str) -> bool:
+        """Whether the stage runs with prefix caching (vLLM V1's default is on)."""
+        if schema == "deploy":
+            value = stage.deploy_fields.get("enable_prefix_caching", self.deploy_top.get("enable_prefix_caching"))
+        else:
+            value = stage.legacy_engine_args.get("enable_prefix_caching")
+        return True if value is None else bool(value)
+
+    def chunked_prefill(self, stage: StageSpec, schema: str) -> bool:
+        """Whether the stage runs with chunked prefill (vLLM V1's default for decoder models:
+        on; vllm/engine/arg_utils.py _set_default_chunked_prefill_and_prefix_caching_args)."""
+        if schema == "deploy":
+            extras = stage.deploy_fields.get("engine_extras") or {}
+            value = extras.get("enable_chunked_prefill", stage.deploy_fields.get("enable_chunked_prefill"))
+        else:
+            value = stage.legacy_engine_args.get("enable_chunked_prefill")
+        return True if value is None else bool(value)
 
     def stage(self, key: str | int) -> StageSpec:
         """A stage by name or id ("thinker", "0", 0)."""

@@ -5,25 +5,21 @@
     omni-autoconf gpus      # the GPU catalog
     omni-autoconf models    # the model catalog
 
-Exit codes: 0 plan written; 1 no plan fits (with the reason); 2 invalid input.
-Domain errors become one line on stderr; tracebacks only with --debug.
+Exit codes: 0 plan written; 1 no plan written (infeasible, proven; or unknown: the time
+limit came first); 2 invalid input or an internal error; 130 interrupted.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import sys
-import tempfile
-from typing import Callable, TypeVar
-
 import click
 
-from . import __version__
-from .errors import AutoconfError, InputError, NoPlanError
-from .vllm_facts import GiB, NEWEST_OMNI_VERSION, OMNI_VERSIONS
-
-T = TypeVar("T")
+from . import __version__, defaults as D
+from .cli_common import (
+    OneLineErrors, attach_fixes, bounded, exclusive_groups, expand_global, gpus_option, once, parse_float,
+    parse_int, per_stage, report_no_plan, run_command, time_limit_option, write_output,
+)
+from .errors import InputError, NoPlanError
+from .vllm_facts import NEWEST_OMNI_VERSION, OMNI_VERSIONS, GiB
 
 LIMITS = {
     "tp": (1, 64),
@@ -35,44 +31,6 @@ LIMITS = {
 }
 
 
-def _per_stage(
-    option: str,
-    values: tuple[str, ...],
-    pipeline,
-    cast: Callable[[str], T],
-    *,
-    kv_only: bool = False,
-    allow_global: bool = True,
-) -> dict[str, T]:
-    """Parse `N` (every stage) or `STAGE=N[,STAGE=N]` (STAGE: name or id) into {name: value}."""
-    lo, hi = LIMITS[option]
-    out: dict[str, T] = {}
-    for text in values:
-        for term in text.split(","):
-            term = term.strip()
-            if not term:
-                raise InputError(f"--{option}: empty term in {text!r}")
-            key, sep, raw = term.rpartition("=")
-            try:
-                value = cast(raw)
-            except ValueError:
-                raise InputError(f"--{option}: {raw!r} is not a valid number (in {term!r})") from None
-            if not lo <= value <= hi:
-                raise InputError(f"--{option}: {value} is out of range [{lo}, {hi}]")
-            if sep:
-                stage = pipeline.stage(key.strip())
-                if kv_only and not stage.has_kv_cache:
-                    raise InputError(f"--{option} {term}: {stage.name} has no KV cache, so it has no {option}")
-                out[stage.name] = value
-            elif allow_global:
-                for st in pipeline.stages:
-                    if st.has_kv_cache or not kv_only:
-                        out.setdefault(st.name, value)
-            else:
-                raise InputError(f"--{option}: expected STAGE=VALUE, got {term!r}")
-    return out
-
-
 def _devices(values: tuple[str, ...], pipeline) -> dict[str, tuple[int, ...]]:
     """Parse `--devices STAGE=0,1` (one stage per option) into {name: (0, 1)}."""
     out: dict[str, tuple[int, ...]] = {}
@@ -80,108 +38,66 @@ def _devices(values: tuple[str, ...], pipeline) -> dict[str, tuple[int, ...]]:
         key, sep, raw = text.partition("=")
         if not sep:
             raise InputError(f"--devices: expected STAGE=INDEX[,INDEX...], got {text!r}")
-        try:
-            devices = tuple(int(p) for p in raw.split(","))
-        except ValueError:
-            raise InputError(f"--devices {text!r}: GPU indices must be whole numbers") from None
-        out[pipeline.stage(key.strip()).name] = devices
+        devices = tuple(parse_int(p, f"--devices {text}") for p in raw.split(","))
+        name = pipeline.stage(key.strip()).name
+        if name in out:
+            raise InputError(f"--devices: {name} is given twice")
+        out[name] = devices
     return out
 
 
-def _exclusive_groups(values: tuple[str, ...], pipeline) -> tuple[tuple[str, ...], ...]:
-    groups = []
+def _bools(option: str, values: tuple[str, ...], pipeline) -> dict[str, bool]:
+    out: dict[str, bool] = {}
     for text in values:
-        names = [pipeline.stage(k.strip()).name for k in text.split(",") if k.strip()]
-        if len(names) < 2 or len(set(names)) != len(names):
-            raise InputError(f"--exclusive {text!r}: name at least two different stages, e.g. thinker,code2wav")
-        groups.append(tuple(names))
-    return tuple(groups)
+        for term in text.split(","):
+            key, sep, raw = term.partition("=")
+            if not sep or raw.strip().lower() not in ("true", "false"):
+                raise InputError(f"--{option}: expected STAGE=true|false, got {term!r}")
+            name = pipeline.stage(key.strip()).name
+            if name in out:
+                raise InputError(f"--{option}: {name} is given twice")
+            out[name] = raw.strip().lower() == "true"
+    return out
 
 
-def _resolution(step: float) -> int:
+def resolution_option(text: str) -> int:
+    step = parse_float(text, "--resolution")
     steps = round(1 / step) if step > 0 else 0
-    if not 1 <= steps <= 1000 or abs(steps * step - 1) > 1e-9:
-        raise InputError(f"--resolution {step:g}: must be 1/N for a whole N from 1 to 1000 (e.g. 0.01, 0.005)")
+    if not 1 <= steps <= D.MAX_RESOLUTION or abs(steps * step - 1) > 1e-9:
+        raise InputError(f"--resolution {text}: must be 1/N for a whole N from 1 to {D.MAX_RESOLUTION} (e.g. 0.01, 0.005)")
     return steps
 
 
-def write_atomically(path: str, text: str) -> None:
-    """Write to a temporary file beside `path`, then rename: readers never see half a file."""
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".omni-autoconf-", dir=folder)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+def workers_option(text: str | None) -> int | None:
+    return None if text is None else bounded(parse_int(text, "--workers"), 1, 64, "--workers")
 
 
-def _no_plan_text(exc: NoPlanError) -> str:
-    from .fixes import FIX_KINDS
-
-    lines = [f"omni-autoconf: no plan: {exc.message}"]
-    lines += [f"  - {r}" for r in exc.reasons]
-    if exc.fixes:
-        lines.append("Fixes, each proven to give a plan (smallest change first):")
-        for f in exc.fixes:
-            lines.append(f"  * {f.summary}:")
-            lines.append(f"      {f.command}")
-    else:
-        lines.append(f"No fix within the fix list ({FIX_KINDS}) gives a plan.")
-    return "\n".join(lines) + "\n"
-
-
-def _run(debug: bool, action: Callable[[], int]) -> None:
-    """Run `action`, turning domain errors into one line and an exit code."""
-    try:
-        code = action()
-    except AutoconfError as exc:
-        if debug:
-            raise
-        if isinstance(exc, NoPlanError):
-            click.echo(_no_plan_text(exc), err=True, nl=False)
-        else:
-            click.echo(f"omni-autoconf: error: {exc}", err=True)
-        sys.exit(exc.exit_code)
-    except (OSError, KeyboardInterrupt) as exc:
-        if debug:
-            raise
-        click.echo(f"omni-autoconf: error: {exc or type(exc).__name__}", err=True)
-        sys.exit(2)
-    except Exception as exc:  # a bug: say so in one line, keep the traceback for --debug
-        if debug:
-            raise
-        click.echo(f"omni-autoconf: internal error: {type(exc).__name__}: {exc} (re-run with --debug)", err=True)
-        sys.exit(3)
-    sys.exit(code)
-
-
-@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--gpus", "gpus_text", metavar="NxNAME[,...]", help="GPUs in CUDA order, e.g. 2xH100-80GB or 1xH100-80GB,1xA100-40GB; `local` reads them through NVML.")
-@click.option("--model", "model_name", metavar="NAME", help="Pipeline from the catalog (see `omni-autoconf models`).")
-@click.option("--omni-version", default=NEWEST_OMNI_VERSION, show_default=True, metavar="X.Y",
-              help=f"vLLM-Omni version to plan for ({', '.join(OMNI_VERSIONS)}).")
-@click.option("--schema", type=click.Choice(["deploy", "stage-args"]),
-              help="Output schema. Default: deploy for vLLM-Omni 0.26+, stage-args before.")
-@click.option("--format", "fmt", type=click.Choice(["yaml", "json"]), default="yaml", show_default=True)
-@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), help="Write here (atomically) instead of stdout.")
+@click.group(cls=OneLineErrors, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--gpus", "gpus_text", multiple=True, metavar="NxNAME[,...]", help="GPUs in CUDA order, e.g. 2xH100-80GB or 1xH100-80GB,1xA100-40GB; `local` reads them through NVML.")
+@click.option("--model", "model_name", multiple=True, metavar="NAME", help="Pipeline from the catalog (see `omni-autoconf models`).")
+@click.option("--omni-version", multiple=True, metavar="X.Y",
+              help=f"vLLM-Omni version to plan for ({', '.join(OMNI_VERSIONS)}). Default: {NEWEST_OMNI_VERSION}.")
+@click.option("--schema", multiple=True, type=click.Choice(["deploy", "stage-args"]),
+              help="Output schema. Default: deploy for vLLM-Omni 0.26+, stage-args before; each version reads only some.")
+@click.option("--format", "fmt", multiple=True, type=click.Choice(["yaml", "json"]), help="Default: yaml.")
+@click.option("-o", "--output", multiple=True, metavar="FILE", help="Write here (atomically; `-` is stdout) instead of stdout.")
 @click.option("--tp", multiple=True, metavar="STAGE=N", help="Fix a stage's tensor_parallel_size (stage name or id).")
 @click.option("--devices", multiple=True, metavar="STAGE=I[,J]", help="Pin a stage to these GPU indices (its TP = their count).")
 @click.option("--enforce-eager", multiple=True, metavar="STAGE=true|false", help="enforce_eager (default: the bundled config's).")
-@click.option("--max-model-len", multiple=True, metavar="[STAGE=]N", help="max_model_len (default: the model's maximum position).")
-@click.option("--max-num-seqs", multiple=True, metavar="[STAGE=]N", help="max_num_seqs (default: the bundled config's).")
+@click.option("--max-model-len", multiple=True, metavar="[STAGE=]N", help="max_model_len of KV stages (default: the model's maximum position).")
+@click.option("--max-num-seqs", multiple=True, metavar="[STAGE=]N", help="max_num_seqs (default: the bundled config's), where the model can batch that many.")
 @click.option("--max-num-batched-tokens", multiple=True, metavar="[STAGE=]N", help="max_num_batched_tokens (default: the bundled config's).")
 @click.option("--min-concurrency", multiple=True, metavar="[STAGE=]N", help="Requests of max_model_len each KV stage must hold (default 1).")
 @click.option("--weight", multiple=True, metavar="STAGE=W", help="Weight of a stage in the objective (default 1).")
 @click.option("--exclusive", multiple=True, metavar="A,B", help="Stages never resident at the same time (separate launches, sleep mode).")
-@click.option("--kv-cache-dtype", type=click.Choice(["auto", "fp8"]), default="auto", show_default=True)
-@click.option("--buffer", "buffer_gib", type=float, default=0.5, show_default=True,
-              help="GiB kept free per GPU beyond vLLM-Omni's 2 GiB admission reserve.")
-@click.option("--resolution", type=float, default=0.01, show_default=True, help="Step of gpu_memory_utilization.")
-@click.option("--time-limit", type=float, default=30.0, show_default=True, help="Solver time limit, seconds.")
+@click.option("--kv-cache-dtype", multiple=True, type=click.Choice(["auto", "fp8"]), help="Default: auto.")
+@click.option("--allow-untested-tp", is_flag=True, help="Also plan TP degrees no upstream config or test runs (the header says so).")
+@click.option("--buffer", "buffer_gib", multiple=True, metavar="GIB",
+              help=f"GiB kept free per GPU beyond vLLM-Omni's 2 GiB admission reserve. Default: {D.DEFAULT_BUFFER_GIB}.")
+@click.option("--resolution", multiple=True, metavar="STEP", help=f"Step of gpu_memory_utilization. Default: {1 / D.DEFAULT_RESOLUTION}.")
+@click.option("--time-limit", multiple=True, metavar="SECONDS",
+              help=f"Solver time limit; the explanation and the fix search of a request with no plan get as much again each. Default: {D.DEFAULT_TIME_LIMIT_S:g}.")
+@click.option("--workers", multiple=True, metavar="N", help="CP-SAT workers (default: the cores available, at most 8). The plan does not depend on it.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress line or summary table on stderr.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @click.version_option(__version__, prog_name="omni-autoconf")
@@ -190,51 +106,86 @@ def main(ctx: click.Context, **opts) -> None:
     """Plan GPU placement and gpu_memory_utilization for a vLLM-Omni pipeline.
 
     Writes the stage config that maximises the smallest KV-cache headroom (in
-    requests of max_model_len) over the KV stages, proven optimal by CP-SAT.
+    requests of max_model_len, counting no more than max_num_seqs of them without
+    prefix caching) over the KV stages, proven optimal by CP-SAT.
     """
     if ctx.invoked_subcommand is not None:
         return
-    _run(opts["debug"], lambda: _plan_command(**opts))
+    fmt = "yaml"
+    try:
+        fmt = once(opts["fmt"], "--format", "yaml")
+    except InputError:
+        pass
+    run_command(opts["debug"], lambda: _plan_command(**opts), on_no_plan=lambda exc: report_no_plan(exc, fmt))
 
 
-def _plan_command(**o) -> int:
+def build_request(o: dict):
+    """The planner's Request from the plan command's options (every value checked)."""
     from .catalog import lookup_model
-    from .planner import Request, plan
-    from .render import RENDERERS, render_json, render_table
+    from .planner import Request
     from .vllm_facts import omni_version
 
-    if not o["gpus_text"] or not o["model_name"]:
+    gpus_text, model_name = once(o["gpus_text"], "--gpus"), once(o["model_name"], "--model")
+    if not gpus_text or not model_name:
         raise InputError("both --gpus and --model are required (see --help)")
-    gpus = _gpus(o["gpus_text"])
-    pipeline = lookup_model(o["model_name"])
-    version = omni_version(o["omni_version"])
-    if not 0 <= o["buffer_gib"] <= 64:
-        raise InputError(f"--buffer {o['buffer_gib']:g}: must be between 0 and 64 GiB")
-    if not 0.1 <= o["time_limit"] <= 3600:
-        raise InputError(f"--time-limit {o['time_limit']:g}: must be between 0.1 and 3600 seconds")
-    request = Request(
+    pipeline = lookup_model(model_name)
+    version = omni_version(once(o["omni_version"], "--omni-version", NEWEST_OMNI_VERSION))
+    buffer_gib = bounded(parse_float(once(o["buffer_gib"], "--buffer", str(D.DEFAULT_BUFFER_GIB)), "--buffer"),
+                         0.0, D.MAX_BUFFER_GIB, "--buffer")
+
+    def stagewise(option, cast, *, kv_only=False, allow_global=True):
+        values, everything = per_stage(option, o[option.replace("-", "_")], pipeline, cast, LIMITS[option],
+                                       kv_only=kv_only, allow_global=allow_global)
+        return values, everything
+
+    tp, _ = stagewise("tp", parse_int, allow_global=False)
+    globals_: dict[str, int] = {}
+    knob_values = {}
+    for option, kv_only in (("max-model-len", True), ("max-num-seqs", False), ("max-num-batched-tokens", False)):
+        values, everything = stagewise(option, parse_int, kv_only=kv_only)
+        knob_values[option] = values
+        if everything is not None:
+            globals_[option.replace("-", "_")] = everything
+    min_conc, min_conc_all = stagewise("min-concurrency", parse_int, kv_only=True)
+    weight, weight_all = stagewise("weight", parse_float, kv_only=True)
+    gpus = gpus_option(gpus_text)
+    return Request(
         pipeline=pipeline,
         gpus=gpus,
         version=version,
-        schema=o["schema"] or version.schema,
-        buffer_bytes=int(o["buffer_gib"] * GiB),
-        resolution=_resolution(o["resolution"]),
-        tp=_per_stage("tp", o["tp"], pipeline, int, allow_global=False),
+        schema=once(o["schema"], "--schema") or version.schema,
+        buffer_gib=buffer_gib,
+        resolution=resolution_option(once(o["resolution"], "--resolution", str(1 / D.DEFAULT_RESOLUTION))),
+        tp=tp,
         devices=_devices(o["devices"], pipeline),
-        enforce_eager=_bool_per_stage("enforce-eager", o["enforce_eager"], pipeline),
-        max_model_len=_per_stage("max-model-len", o["max_model_len"], pipeline, int, kv_only=True),
-        max_num_seqs=_per_stage("max-num-seqs", o["max_num_seqs"], pipeline, int),
-        max_num_batched_tokens=_per_stage("max-num-batched-tokens", o["max_num_batched_tokens"], pipeline, int),
-        min_concurrency=_per_stage("min-concurrency", o["min_concurrency"], pipeline, int, kv_only=True),
-        weight=_per_stage("weight", o["weight"], pipeline, float, kv_only=True),
-        exclusive=_exclusive_groups(o["exclusive"], pipeline),
-        kv_cache_dtype=o["kv_cache_dtype"],
-        time_limit_s=o["time_limit"],
+        enforce_eager=_bools("enforce-eager", o["enforce_eager"], pipeline),
+        max_model_len=knob_values["max-model-len"],
+        max_num_seqs=knob_values["max-num-seqs"],
+        max_num_batched_tokens=knob_values["max-num-batched-tokens"],
+        global_values=globals_,
+        min_concurrency=expand_global(min_conc, min_conc_all, pipeline, kv_only=True),
+        weight=expand_global(weight, weight_all, pipeline, kv_only=True),
+        exclusive=exclusive_groups(o["exclusive"], pipeline),
+        kv_cache_dtype=once(o["kv_cache_dtype"], "--kv-cache-dtype", "auto"),
+        allow_untested_tp=o["allow_untested_tp"],
+        time_limit_s=time_limit_option(once(o["time_limit"], "--time-limit", str(D.DEFAULT_TIME_LIMIT_S))),
+        workers=workers_option(once(o["workers"], "--workers")),
     )
+
+
+def _plan_command(**o) -> int:
+    from .planner import plan
+    from .render import RENDERERS, ensure_renderable, render_json, render_table
+
+    request = build_request(o)
+    fmt = once(o["fmt"], "--format", "yaml")
+    output = once(o["output"], "-o/--output")
+    ensure_renderable(request)
+
     def progress(problem) -> None:
         if not o["quiet"]:
             click.echo(
-                f"omni-autoconf: planning {pipeline.name} on {len(problem.gpus)} GPU(s) with CP-SAT "
+                f"omni-autoconf: planning {request.pipeline.name} on {len(problem.gpus)} GPU(s) with CP-SAT "
                 f"(time limit {request.time_limit_s:g} s) ...",
                 err=True,
             )
@@ -242,63 +193,15 @@ def _plan_command(**o) -> int:
     try:
         result = plan(request, on_solve=progress)
     except NoPlanError as exc:
-        _attach_fixes(exc, request, o["quiet"])
-        if o["fmt"] == "json":
-            click.echo(json.dumps(no_plan_dict(exc), indent=2))
+        attach_fixes(exc, request, o["quiet"])
         raise
-    text = render_json(result) if o["fmt"] == "json" else RENDERERS[request.schema](result)
-    if o["output"]:
-        write_atomically(o["output"], text)
-    else:
-        click.echo(text, nl=False)
+    text = render_json(result) if fmt == "json" else RENDERERS[request.schema](result)
+    write_output(output, text)
     if not o["quiet"]:
         click.echo(render_table(result), err=True, nl=False)
-        if o["output"]:
-            click.echo(f"omni-autoconf: wrote {o['output']}", err=True)
+        if output not in (None, "-"):
+            click.echo(f"omni-autoconf: wrote {output}", err=True)
     return 0
-
-
-def _attach_fixes(exc: NoPlanError, request, quiet: bool) -> None:
-    from .fixes import propose_fixes
-
-    if not quiet:
-        click.echo("omni-autoconf: no plan; searching for fixes (each proven by re-solving) ...", err=True)
-    exc.fixes = propose_fixes(request)
-
-
-def no_plan_dict(exc: NoPlanError) -> dict:
-    """A failed plan as data (`--format json`)."""
-    from .fixes import FIX_KINDS
-
-    return {
-        "status": "infeasible",
-        "message": exc.message,
-        "conflict": exc.conflict,
-        "reasons": exc.reasons,
-        "fixes": [f.as_dict() for f in exc.fixes],
-        "fixes_tried": FIX_KINDS,
-    }
-
-
-def _bool_per_stage(option: str, values: tuple[str, ...], pipeline) -> dict[str, bool]:
-    out: dict[str, bool] = {}
-    for text in values:
-        for term in text.split(","):
-            key, sep, raw = term.partition("=")
-            if not sep or raw.strip().lower() not in ("true", "false"):
-                raise InputError(f"--{option}: expected STAGE=true|false, got {term!r}")
-            out[pipeline.stage(key.strip()).name] = raw.strip().lower() == "true"
-    return out
-
-
-def _gpus(text: str):
-    from .gpus import parse_gpus
-
-    if text.strip().lower() == "local":
-        from .nvml import read_local_gpus
-
-        return tuple(read_local_gpus())
-    return tuple(parse_gpus(text))
 
 
 @main.command("gpus")
@@ -315,14 +218,20 @@ def list_gpus() -> None:
 
 @main.command("models")
 def list_models() -> None:
-    """List the model catalog with each pipeline's stages."""
+    """List the model catalog with each pipeline's stages and tested TP degrees."""
     from .catalog import model_catalog
 
     for spec in model_catalog().values():
-        stages = " -> ".join(f"{s.name} (TP {'/'.join(map(str, s.tp_degrees))})" for s in spec.stages)
+        stages = " -> ".join(
+            f"{s.name} (TP {'/'.join(map(str, s.tested_tp_degrees(NEWEST_OMNI_VERSION)))})" for s in spec.stages
+        )
         click.echo(f"{spec.name:<18} {spec.hf_id}: {stages}")
 
 
-from . import cli_check  # noqa: E402,F401  registers `omni-autoconf check` on `main`
+def _register() -> None:
+    from .cli_check import check_command
 
-__all__ = ["main", "cli_check"]
+    main.add_command(check_command)
+
+
+_register()

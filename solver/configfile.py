@@ -1,23 +1,28 @@
 """Reading an existing stage config YAML (either schema) into per-stage settings.
 
-Deploy schema (vLLM-Omni 0.26+): `stages:`, with `base_config` inheritance resolved
+Deploy schema (vLLM-Omni 0.20+): `stages:`, with `base_config` inheritance resolved
 relative to the file (stages merged by stage_id, nested dicts deep-merged, as vLLM-Omni's
 loader does) and the `platforms.<platform>.stages` overrides applied. Legacy schema:
 `stage_args` with `runtime` and `engine_args`. Absent fields are left as None here; the
-defaults vLLM would use are filled in by `startup.resolve_settings`.
+defaults vLLM would use are filled in by `configcheck`.
+
+Values are read as YAML delivers them to vLLM, and a value vLLM would refuse is an input
+error naming the field, never mended: `tensor_parallel_size: 1.7`, `max_model_len: 0`,
+`gpu_memory_utilization: true`. Booleans follow pydantic's lax reading, which vLLM's
+config classes use ("false", "no", "0" are false).
 """
 
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import defaults as D
 from .errors import InputError
-from .yamlio import parse_mapping
-
-MAX_BASE_DEPTH = 8
+from .yamlio import parse_mapping, read_text
 
 
 @dataclass(frozen=True)
@@ -33,6 +38,8 @@ class StageSetting:
     max_num_batched_tokens: int | None
     enforce_eager: bool | None
     kv_cache_dtype: str | None
+    enable_chunked_prefill: bool | None = None
+    enable_prefix_caching: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -61,36 +68,60 @@ def _merge_stages(base: list, overlay: list) -> list:
             continue
         sid = stage.get("stage_id")
         if sid in by_id:
-            i = next(i for i, s in enumerate(out) if s.get("stage_id") == sid)
+            i = next(i for i, s in enumerate(out) if isinstance(s, dict) and s.get("stage_id") == sid)
             out[i] = _merge(out[i], stage)
         else:
             out.append(copy.deepcopy(stage))
     return out
 
 
+def _mapping(value: Any, where: str, what: str) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InputError(f"{where}: {what} must be a mapping, not {type(value).__name__} {_show(value)}")
+    return value
+
+
+def _sequence(value: Any, where: str, what: str) -> list:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise InputError(f"{where}: {what} must be a list, not {type(value).__name__} {_show(value)}")
+    return value
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def _load_yaml(path: Path) -> dict:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
-    return parse_mapping(text, str(path))
+    return parse_mapping(read_text(path), str(path))
 
 
 def _resolve_deploy(path: Path, depth: int = 0) -> dict:
-    if depth > MAX_BASE_DEPTH:
-        raise InputError(f"{path}: base_config chain deeper than {MAX_BASE_DEPTH} (a cycle?)")
+    if depth > D.MAX_BASE_CONFIG_DEPTH:
+        raise InputError(f"{path}: base_config chain deeper than {D.MAX_BASE_CONFIG_DEPTH} (a cycle?)")
     raw = _load_yaml(path)
+    where = str(path)
+    _sequence(raw.get("stages"), where, "stages")
+    for name, section in _mapping(raw.get("platforms"), where, "platforms").items():
+        _sequence(_mapping(section, where, f"platforms.{name}").get("stages"), where, f"platforms.{name}.stages")
     base_name = raw.pop("base_config", None)
     if base_name is None:
         return raw
-    base = _resolve_deploy((path.parent / str(base_name)).resolve(), depth + 1)
+    if not isinstance(base_name, str):
+        raise InputError(f"{where}: base_config must be a file name, not {_show(base_name)}")
+    base = _resolve_deploy((path.parent / base_name).resolve(), depth + 1)
     merged = _merge({k: v for k, v in base.items() if k not in ("stages", "platforms")},
                     {k: v for k, v in raw.items() if k not in ("stages", "platforms")})
     merged["stages"] = _merge_stages(base.get("stages") or [], raw.get("stages") or [])
     platforms = dict(base.get("platforms") or {})
     for name, section in (raw.get("platforms") or {}).items():
         old = platforms.get(name) or {}
-        platforms[name] = {**_merge(old, section), "stages": _merge_stages(old.get("stages") or [], (section or {}).get("stages") or [])}
+        platforms[name] = {**_merge(old, section or {}),
+                           "stages": _merge_stages(old.get("stages") or [], (section or {}).get("stages") or [])}
     if platforms:
         merged["platforms"] = platforms
     return merged
@@ -99,40 +130,96 @@ def _resolve_deploy(path: Path, depth: int = 0) -> dict:
 def _devices(value: Any, where: str) -> tuple[int, ...] | None:
     if value is None:
         return None
-    text = str(value).strip()
-    try:
-        return tuple(int(p) for p in text.split(",") if p.strip())
-    except ValueError:
-        raise InputError(f"{where}: devices {text!r} must list GPU indices like \"0,1\"") from None
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise InputError(f"{where}: devices {_show(value)} must be GPU indices like \"0,1\"")
+    parts = [p.strip() for p in str(value).split(",") if p.strip()]
+    if not parts or not all(p.isascii() and p.isdigit() for p in parts):
+        raise InputError(f"{where}: devices {_show(value)} must be GPU indices like \"0,1\"")
+    return tuple(int(p) for p in parts)
 
 
-def _number(value: Any, cast, where: str, field: str):
+def _integer(value: Any, where: str, field: str, low: int = 1) -> int | None:
+    """An int as vLLM's pydantic fields take it: an int, or a float with no fraction."""
     if value is None:
         return None
-    try:
-        return cast(value)
-    except (TypeError, ValueError):
-        raise InputError(f"{where}: {field} {value!r} is not a number") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or (
+        isinstance(value, float) and (not math.isfinite(value) or not value.is_integer())
+    ):
+        raise InputError(f"{where}: {field} {_show(value)} is not a whole number")
+    if value < low:
+        raise InputError(f"{where}: {field} {_show(value)} must be at least {low}")
+    return int(value)
+
+
+def _fraction(value: Any, where: str, field: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InputError(f"{where}: {field} {_show(value)} is not a number")
+    if not 0 < value <= 1:
+        raise InputError(f"{where}: {field} {value} is not in (0, 1]")
+    return float(value)
+
+
+_TRUE = {"true", "t", "yes", "y", "on", "1"}
+_FALSE = {"false", "f", "no", "n", "off", "0"}
+
+
+def _boolean(value: Any, where: str, field: str) -> bool | None:
+    """A bool as pydantic's lax mode reads it (vLLM's config classes are pydantic)."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    raise InputError(f"{where}: {field} {_show(value)} is not a boolean")
+
+
+def _string(value: Any, where: str, field: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise InputError(f"{where}: {field} {_show(value)} must be a string")
 
 
 def _setting(flat: dict, devices: Any, where: str) -> StageSetting:
-    if "stage_id" not in flat:
+    if "stage_id" not in flat or flat["stage_id"] is None:
         raise InputError(f"{where}: a stage has no stage_id")
-    eager = flat.get("enforce_eager")
-    mode = str((flat.get("compilation_config") or {}).get("cudagraph_mode", "")).upper()
+    eager = _boolean(flat.get("enforce_eager"), where, "enforce_eager")
+    compilation = _mapping(flat.get("compilation_config"), where, "compilation_config")
+    mode = str(compilation.get("cudagraph_mode", "")).upper()
     if mode.endswith("NONE"):
-        eager = True  # no graphs captured, as enforce_eager (stage_admission.py)
+        eager = True  # no graphs captured, as enforce_eager (vllm_omni/engine/stage_admission.py)
+    mml = flat.get("max_model_len")
+    if isinstance(mml, int) and not isinstance(mml, bool) and mml == -1:
+        raise InputError(f"{where}: max_model_len -1 (fit to memory) is not modelled; give a length")
     return StageSetting(
-        stage_id=_number(flat["stage_id"], int, where, "stage_id"),
+        stage_id=_integer(flat["stage_id"], where, "stage_id", low=0),
         devices=_devices(devices, where),
-        tensor_parallel_size=_number(flat.get("tensor_parallel_size"), int, where, "tensor_parallel_size"),
-        gpu_memory_utilization=_number(flat.get("gpu_memory_utilization"), float, where, "gpu_memory_utilization"),
-        max_model_len=_number(flat.get("max_model_len"), int, where, "max_model_len"),
-        max_num_seqs=_number(flat.get("max_num_seqs"), int, where, "max_num_seqs"),
-        max_num_batched_tokens=_number(flat.get("max_num_batched_tokens"), int, where, "max_num_batched_tokens"),
-        enforce_eager=None if eager is None else bool(eager),
-        kv_cache_dtype=flat.get("kv_cache_dtype"),
+        tensor_parallel_size=_integer(flat.get("tensor_parallel_size"), where, "tensor_parallel_size"),
+        gpu_memory_utilization=_fraction(flat.get("gpu_memory_utilization"), where, "gpu_memory_utilization"),
+        max_model_len=_integer(mml, where, "max_model_len"),
+        max_num_seqs=_integer(flat.get("max_num_seqs"), where, "max_num_seqs"),
+        max_num_batched_tokens=_integer(flat.get("max_num_batched_tokens"), where, "max_num_batched_tokens"),
+        enforce_eager=eager,
+        kv_cache_dtype=_string(flat.get("kv_cache_dtype"), where, "kv_cache_dtype"),
+        enable_chunked_prefill=_boolean(flat.get("enable_chunked_prefill"), where, "enable_chunked_prefill"),
+        enable_prefix_caching=_boolean(flat.get("enable_prefix_caching"), where, "enable_prefix_caching"),
     )
+
+
+def _legacy(raw: dict, path: str) -> ConfigFile:
+    stages = []
+    for i, entry in enumerate(_sequence(raw.get("stage_args"), path, "stage_args")):
+        where = f"{path}: stage_args[{i}]"
+        entry = _mapping(entry, where, "a stage")
+        runtime = _mapping(entry.get("runtime"), where, "runtime")
+        engine_args = _mapping(entry.get("engine_args"), where, "engine_args")
+        flat = {**engine_args, "stage_id": entry.get("stage_id")}
+        if "max_num_seqs" not in flat and "max_batch_size" in runtime:
+            flat["max_num_seqs"] = runtime["max_batch_size"]
+        stages.append(_setting(flat, runtime.get("devices"), where))
+    return ConfigFile(path, "stage-args", tuple(stages))
 
 
 def read_config(path: str, platform: str = "cuda") -> ConfigFile:
@@ -140,29 +227,20 @@ def read_config(path: str, platform: str = "cuda") -> ConfigFile:
     p = Path(path)
     raw = _load_yaml(p)
     if "stage_args" in raw:
-        stages = []
-        for i, entry in enumerate(raw.get("stage_args") or []):
-            where = f"{path}: stage_args[{i}]"
-            if not isinstance(entry, dict):
-                raise InputError(f"{where}: expected a mapping")
-            runtime = entry.get("runtime") or {}
-            flat = {**(entry.get("engine_args") or {}), "stage_id": entry.get("stage_id")}
-            if "max_num_seqs" not in flat and "max_batch_size" in runtime:
-                flat["max_num_seqs"] = runtime["max_batch_size"]
-            stages.append(_setting(flat, runtime.get("devices"), where))
-        return ConfigFile(path, "stage-args", tuple(stages))
+        return _legacy(raw, path)
     if "stages" not in raw and "base_config" not in raw:
         raise InputError(f"{path}: neither a deploy config (`stages:`) nor a legacy one (`stage_args:`)")
     doc = _resolve_deploy(p.resolve())
-    entries = doc.get("stages") or []
-    section = (doc.get("platforms") or {}).get(platform) or {}
-    entries = _merge_stages(entries, section.get("stages") or [])
+    entries = _sequence(doc.get("stages"), path, "stages")
+    platforms = _mapping(doc.get("platforms"), path, "platforms")
+    section = _mapping(platforms.get(platform), path, f"platforms.{platform}")
+    entries = _merge_stages(entries, _sequence(section.get("stages"), path, f"platforms.{platform}.stages"))
     stages = []
     for i, entry in enumerate(entries):
         where = f"{path}: stages[{i}]"
-        if not isinstance(entry, dict):
-            raise InputError(f"{where}: expected a mapping")
-        runtime = entry.get("runtime") or {}
-        flat = {**entry, **(entry.get("engine_args") or {}), **(entry.get("engine_extras") or {})}
+        entry = _mapping(entry, where, "a stage")
+        runtime = _mapping(entry.get("runtime"), where, "runtime")
+        flat = {**entry, **_mapping(entry.get("engine_args"), where, "engine_args"),
+                **_mapping(entry.get("engine_extras"), where, "engine_extras")}
         stages.append(_setting(flat, runtime.get("devices", entry.get("devices")), where))
     return ConfigFile(path, "deploy", tuple(stages))

@@ -1,42 +1,56 @@
-"""Domain errors. The CLI turns each into one readable line and an exit code."""
+"""Domain errors. The CLI turns each into one readable line and an exit code.
+
+Exit codes (the README's table): 0 a plan was written / the config starts; 1 no plan was
+written (proven infeasible, or the time limit came before any plan) / a problem is
+predicted; 2 the tool could not answer (invalid input, or an internal error); 130
+interrupted.
+"""
 
 from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_NO_PLAN = 1
+EXIT_NO_ANSWER = 2
+EXIT_INTERRUPTED = 130
 
 
 class AutoconfError(Exception):
     """Base class of every error this package raises on purpose."""
 
-    exit_code = 2
+    exit_code = EXIT_NO_ANSWER
 
 
 class InputError(AutoconfError):
-    """Bad input: unknown GPU or model, malformed option, impossible number. Exit 2."""
-
-    exit_code = 2
+    """Bad input: unknown GPU or model, malformed option or file, impossible number. Exit 2."""
 
 
 class CatalogError(InputError):
     """A catalog file is malformed; the message names the file and the field."""
 
 
+class NvmlUnavailable(InputError):
+    """NVML (the NVIDIA driver) cannot be used on this machine."""
+
+
 class NoPlanError(AutoconfError):
-    """No plan satisfies the constraints. Exit 1; `reasons` says which stage and GPU."""
+    """No plan was found. Exit 1.
 
-    exit_code = 1
+    `status` is "infeasible" (proven: `reasons` says which requirements conflict, and
+    `fixes` may be filled by the caller) or "unknown" (the time limit came first: no
+    explanation and no fixes, since nothing was proven).
+    """
 
-    def __init__(self, message: str, reasons: list[str], conflict: list[dict] | None = None):
+    exit_code = EXIT_NO_PLAN
+
+    def __init__(self, message: str, reasons: list[str], conflict: list[dict] | None = None, status: str = "infeasible"):
         super().__init__(message)
         self.message = message
         self.reasons = reasons
+        self.status = status
         self.conflict = conflict or []  # the requirement groups that cannot hold together
-        self.fixes: list = []  # filled by fixes.propose_fixes where the caller asks for them
+        self.fixes: list = []
+        self.fix_search_note = ""  # set when the fix search stopped early
 
     def __str__(self) -> str:
         lines = [super().__str__()] + [f"  - {r}" for r in self.reasons]
         return "\n".join(lines)
-
-
-class NvmlUnavailable(AutoconfError):
-    """NVML (the NVIDIA driver) cannot be used on this machine."""
-
-    exit_code = 2

@@ -1,6 +1,6 @@
 """Why no plan fits: a minimal set of conflicting requirements, in words and GiB.
 
-CP-SAT names the conflict (`cpsat.infeasible_core`: one assumption literal per
+CP-SAT names the conflict (`infeasible_core`: one assumption literal per
 requirement group, then a deletion pass to make the set minimal); this module turns each
 group into a sentence with the figures behind it, and adds, for the stages involved, what
 each needs at best against what the GPUs offer.
@@ -9,6 +9,7 @@ each needs at best against what the GPUs offer.
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass
 
 from . import cpsat
@@ -76,15 +77,57 @@ def _describe(problem: Problem, group: str, subject: str) -> str:
     return f"{group}[{subject}]"
 
 
-def conflict(problem: Problem, time_limit_s: float = 10.0) -> list[Requirement]:
-    """The minimal conflicting requirements of an infeasible problem (empty if feasible)."""
-    names = cpsat.infeasible_core(problem, time_limit_s) or []
+def infeasible_core(problem: Problem, time_limit_s: float) -> tuple[list[str] | None, bool]:
+    """Names of a set of requirement groups of `problem` that conflict, and whether the set
+    is minimal. Groups: capacity[gpuN], fits[stage], max-model-len[stage],
+    min-concurrency[stage], pinned-tp[stage], pinned-devices[stage]. None when no conflict
+    was proven within `time_limit_s` (the whole search shares that budget)."""
+    model = cpsat.Model(problem, explain=True)
+    names = list(model.assume)
+    deadline = time.perf_counter() + time_limit_s
+
+    def infeasible(subset: list[str]) -> tuple[bool | None, list[str]]:
+        left = deadline - time.perf_counter()
+        if left <= 0:
+            return None, []
+        model.m.ClearAssumptions()
+        model.m.AddAssumptions([model.assume[n] for n in subset])
+        result, solver = cpsat.run_solver(model.m, left, workers=1)  # cores are single-threaded
+        if result == model.cp.INFEASIBLE:
+            index = {model.assume[n].Index(): n for n in subset}
+            core = [index[i] for i in solver.SufficientAssumptionsForInfeasibility() if i in index]
+            return True, core or subset
+        return (False if result in (model.cp.OPTIMAL, model.cp.FEASIBLE) else None), []
+
+    found, core = infeasible(names)
+    if not found:
+        return None, False
+    # Deletion pass: drop every group the conflict does not need.
+    core = [n for n in names if n in core]
+    minimal = True
+    for name in list(core):
+        trial = [n for n in core if n != name]
+        if not trial:
+            continue
+        verdict, _ = infeasible(trial)
+        if verdict is None:
+            minimal = False  # out of time: the set is a conflict, perhaps not a minimal one
+            break
+        if verdict:
+            core = trial
+    return core, minimal
+
+
+def conflict(problem: Problem, time_limit_s: float) -> tuple[list[Requirement], bool]:
+    """The conflicting requirements of an infeasible problem (empty when none was isolated
+    in time), and whether the set is minimal."""
+    names, minimal = infeasible_core(problem, time_limit_s)
     out = []
-    for name in names:
+    for name in names or []:
         m = re.fullmatch(r"([a-z-]+)\[(.+)\]", name)
         group, subject = (m.group(1), m.group(2)) if m else (name, "")
         out.append(Requirement(group, subject, _describe(problem, group, subject)))
-    return out
+    return out, minimal
 
 
 def shortfalls(problem: Problem, stages: set[str] | None = None) -> list[str]:
@@ -133,10 +176,14 @@ def shortfalls(problem: Problem, stages: set[str] | None = None) -> list[str]:
     return lines
 
 
-def reasons(problem: Problem, time_limit_s: float = 10.0) -> tuple[list[Requirement], list[str]]:
+def reasons(problem: Problem, time_limit_s: float) -> tuple[list[Requirement], list[str]]:
     """The conflict and the shortfall lines, for an infeasible problem."""
-    core = conflict(problem, time_limit_s)
+    core, minimal = conflict(problem, time_limit_s)
     involved = {r.subject for r in core if not r.subject.startswith("gpu")}
     lines = [f"cannot hold together: {r.text}" for r in core]
+    if not core:
+        lines.append(f"the conflicting requirements were not isolated within the time limit ({time_limit_s:g} s)")
+    elif not minimal:
+        lines.append("(the time limit ended the search before this set was shown to be minimal)")
     lines += shortfalls(problem, involved or None)
     return core, lines

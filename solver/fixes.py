@@ -10,18 +10,30 @@ ships an fp8 checkpoint yet.)
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 from typing import Callable, Iterator
 
 from . import cpsat
+from .defaults import MAX_GPUS
 from .errors import AutoconfError
 from .gpus import Gpu
-from .planner import Request, build_problem
+from .planner import Request, allowed_tp_degrees, build_problem
 from .render import command_line
 
-MAX_GPUS_PER_NODE = 8  # extra GPUs are proposed up to one node's worth
 CONTEXT_STEP = 1024  # max_model_len is searched in multiples of this
-FIX_TIME_LIMIT_S = 10.0
+
+
+class _Budget:
+    """The fix search's share of --time-limit: every solve takes what is left."""
+
+    def __init__(self, seconds: float):
+        self.deadline = time.perf_counter() + seconds
+        self.ran_out = False
+        self.proven: dict[str, bool] = {}  # command line -> verdict, so no request is solved twice
+
+    def left(self) -> float:
+        return self.deadline - time.perf_counter()
 
 
 @dataclass(frozen=True)
@@ -39,13 +51,25 @@ class Fix:
         return {"kind": self.kind, "summary": self.summary, "command": self.command}
 
 
-def feasible(request: Request) -> bool:
-    """Whether some plan exists (a plain CP-SAT feasibility solve)."""
+def feasible(request: Request, budget: _Budget) -> bool:
+    """Whether some plan exists, proven by a CP-SAT solve within the budget (a solve that
+    runs out of time proves nothing and counts as no)."""
+    key = command_line(request)
+    if key in budget.proven:
+        return budget.proven[key]
     try:
         problem, _ = build_problem(request)
     except AutoconfError:
         return False
-    return cpsat.has_solution(problem, FIX_TIME_LIMIT_S)
+    if budget.left() <= 0:
+        budget.ran_out = True
+        return False
+    status = cpsat.feasibility(problem, budget.left(), request.workers)
+    if status is cpsat.SolveStatus.UNKNOWN:
+        budget.ran_out = True
+        return False
+    budget.proven[key] = status is cpsat.SolveStatus.OPTIMAL
+    return budget.proven[key]
 
 
 def _largest(lo: int, hi: int, ok: Callable[[int], bool]) -> int | None:
@@ -58,13 +82,13 @@ def _largest(lo: int, hi: int, ok: Callable[[int], bool]) -> int | None:
     return lo
 
 
-def _candidates(request: Request) -> Iterator[Fix]:
+def _candidates(request: Request, budget: _Budget) -> Iterator[Fix]:
     pipeline = request.pipeline
     if request.kv_cache_dtype == "auto":
         fixed = replace(request, kv_cache_dtype="fp8")
         yield Fix("fp8-kv-cache", "store the KV cache in fp8 (half the bytes per token)", fixed, (1, 0))
     for name, tp in sorted(request.tp.items()):
-        larger = [d for d in pipeline.stage(name).tp_degrees if d > tp and d <= len(request.gpus)]
+        larger = [d for d in allowed_tp_degrees(pipeline.stage(name), request) if d > tp and d <= len(request.gpus)]
         if larger and name not in request.devices:
             fixed = replace(request, tp={**request.tp, name: larger[0]})
             yield Fix("larger-tp", f"run {name} at tensor_parallel_size {larger[0]} instead of {tp}", fixed, (2, larger[0]))
@@ -75,53 +99,70 @@ def _candidates(request: Request) -> Iterator[Fix]:
         yield Fix("move-stage", f"let {name} move off devices {','.join(map(str, request.devices[name]))}", fixed, (3, 0))
     for name, n in sorted(request.min_concurrency.items()):
         if n > 1:
-            best = _largest(1, n - 1, lambda k: feasible(replace(request, min_concurrency={**request.min_concurrency, name: k})))
+            best = _largest(1, n - 1, lambda k: feasible(replace(request, min_concurrency={**request.min_concurrency, name: k}), budget))
             if best is not None:
                 fixed = replace(request, min_concurrency={**request.min_concurrency, name: best})
                 yield Fix("fewer-requests", f"guarantee {best} request(s) of max_model_len for {name} instead of {n}", fixed, (4, n - best))
-    yield from _shorter_context(request)
-    yield from _more_gpus(request)
+    yield from _shorter_context(request, budget)
+    yield from _more_gpus(request, budget)
 
 
-def _shorter_context(request: Request) -> Iterator[Fix]:
+def _shorter_context(request: Request, budget: _Budget) -> Iterator[Fix]:
     kv_stages = [st for st in request.pipeline.stages if st.has_kv_cache]
     current = max(request.max_model_len.get(st.name, st.transformer.max_position) for st in kv_stages)
 
     def with_len(steps: int) -> Request:
         length = steps * CONTEXT_STEP
         lens = {st.name: min(length, request.max_model_len.get(st.name, st.transformer.max_position)) for st in kv_stages}
-        return replace(request, max_model_len=lens)
+        values = {k: v for k, v in request.global_values.items() if k != "max_model_len"}
+        return replace(request, max_model_len=lens, global_values=values)
 
-    best = _largest(1, (current - 1) // CONTEXT_STEP, lambda k: feasible(with_len(k)))
+    best = _largest(1, (current - 1) // CONTEXT_STEP, lambda k: feasible(with_len(k), budget))
     if best is not None:
         length = best * CONTEXT_STEP
         yield Fix("shorter-context", f"cap max_model_len at {length} (from {current})", with_len(best), (5, current - length))
 
 
-def _more_gpus(request: Request) -> Iterator[Fix]:
+def _more_gpus(request: Request, budget: _Budget) -> Iterator[Fix]:
+    """The fewest extra GPUs of the largest kind already there, up to the inventory limit
+    (more GPUs never hurt, so the search halves the range each time)."""
     kind = max(request.gpus, key=lambda g: (g.total_bytes, -g.index))
-    room = MAX_GPUS_PER_NODE - len(request.gpus)
+    room = MAX_GPUS - len(request.gpus)
 
     def with_extra(k: int) -> Request:
         extra = tuple(Gpu(len(request.gpus) + i, kind.name, kind.total_bytes) for i in range(k))
         return replace(request, gpus=request.gpus + extra)
 
-    for k in range(1, room + 1):
-        if feasible(with_extra(k)):
-            yield Fix("more-gpus", f"add {k} more {kind.name} GPU(s)", with_extra(k), (6, k))
-            return
+    def fewest(make: Callable[[int], Request]) -> int | None:
+        if room < 1 or not feasible(make(room), budget):
+            return None
+        lo, hi = 1, room
+        while lo < hi:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if feasible(make(mid), budget) else (mid + 1, hi)
+        return lo
+
+    k = fewest(with_extra)
+    if k is not None:
+        yield Fix("more-gpus", f"add {k} more {kind.name} GPU(s)", with_extra(k), (6, k))
+        return
     if request.devices or request.tp:  # pinned stages may be what keeps extra GPUs unused
-        for k in range(1, room + 1):
-            free = replace(with_extra(k), devices={}, tp={})
-            if feasible(free):
-                summary = f"add {k} more {kind.name} GPU(s) and let the pinned stages move"
-                yield Fix("more-gpus-unpinned", summary, free, (7, k))
-                return
+        k = fewest(lambda n: replace(with_extra(n), devices={}, tp={}))
+        if k is not None:
+            summary = f"add {k} more {kind.name} GPU(s) and let the pinned stages move"
+            yield Fix("more-gpus-unpinned", summary, replace(with_extra(k), devices={}, tp={}), (7, k))
 
 
-def propose_fixes(request: Request) -> list[Fix]:
-    """Every proven fix, cheapest change first."""
-    return sorted((f for f in _candidates(request) if feasible(f.request)), key=lambda f: f.cost)
+def propose_fixes(request: Request) -> tuple[list["Fix"], str]:
+    """Every proven fix, cheapest change first, and a note when the time limit cut the
+    search short (fixes not proven in time are not listed)."""
+    budget = _Budget(request.time_limit_s)
+    found = sorted((f for f in _candidates(request, budget) if feasible(f.request, budget)), key=lambda f: f.cost)
+    note = ""
+    if budget.ran_out:
+        note = (f"The fix search reached its time limit ({request.time_limit_s:g} s); fixes it could not prove "
+                "are not listed. Raise --time-limit to search further.")
+    return found, note
 
 
 FIX_KINDS = "fp8 KV cache, larger TP, moving a pinned stage, fewer requests, shorter max_model_len, extra GPUs"

@@ -163,32 +163,40 @@ def tokens_needed(max_model_len: int) -> int:
 def resolve_knobs(
     pipeline: PipelineSpec,
     schema: str,
+    version: OmniVersion,
     *,
     max_model_len: dict[str, int] | None = None,
     max_num_seqs: dict[str, int] | None = None,
     max_num_batched_tokens: dict[str, int] | None = None,
     enforce_eager: dict[str, bool] | None = None,
     kv_cache_dtype: KvCacheDtype = "auto",
+    check: bool = True,
 ) -> dict[str, StageKnobs]:
     """Per-stage knobs: the user's value where given (key: stage name), else the defaults.
 
     Defaults follow the bundled configs of the target schema and the model's
-    max_position (vLLM's default max_model_len).
+    max_position (vLLM's default max_model_len). Values the model cannot take (a
+    max_model_len beyond its positions, more sequences than it can batch) are input errors.
     """
     out: dict[str, StageKnobs] = {}
     for stage in pipeline.stages:
         d = stage.defaults[schema]
         mml = (max_model_len or {}).get(stage.name, stage.transformer.max_position)
-        if stage.has_kv_cache and mml > stage.transformer.max_position:
+        if check and stage.has_kv_cache and mml > stage.transformer.max_position:
             raise InputError(
                 f"--max-model-len {mml} for {stage.name} exceeds the model's maximum "
                 f"position {stage.transformer.max_position}"
             )
-        mnbt = (max_num_batched_tokens or {}).get(stage.name, d.max_num_batched_tokens)
+        seqs = (max_num_seqs or {}).get(stage.name, d.max_num_seqs)
+        if check and stage.max_num_seqs_limit is not None and seqs > stage.max_num_seqs_limit:
+            raise InputError(
+                f"--max-num-seqs {stage.name}={seqs}: {pipeline.name}'s {stage.name} batches at most "
+                f"{stage.max_num_seqs_limit} request(s) ({stage.max_num_seqs_limit_source})"
+            )
         out[stage.name] = StageKnobs(
             max_model_len=mml,
-            max_num_seqs=(max_num_seqs or {}).get(stage.name, d.max_num_seqs),
-            max_num_batched_tokens=mnbt,
+            max_num_seqs=seqs,
+            max_num_batched_tokens=(max_num_batched_tokens or {}).get(stage.name, d.max_num_batched_tokens),
             enforce_eager=(enforce_eager or {}).get(stage.name, d.enforce_eager),
             kv_cache_dtype=kv_cache_dtype,
         )

@@ -1,7 +1,8 @@
 """The library's entry point: `plan(request) -> Plan`.
 
-request -> memory model per stage and TP degree -> Problem -> CP-SAT -> Plan, then an
-independent re-check of every GPU's sums (`verify`) before the plan is returned.
+request -> memory model per stage and TP degree -> Problem -> CP-SAT -> Plan, then the
+start-up model (`startup.simulate`, the one `check` uses) re-checks the plan in bytes
+before it is returned.
 """
 
 from __future__ import annotations
@@ -9,28 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from . import cpsat, explain, vllm_facts as F
+from . import cpsat, defaults as D, explain
 from .catalog import PipelineSpec, StageSpec
 from .errors import InputError, NoPlanError
 from .gpus import Gpu
-from .memory import (
-    KvCacheDtype,
-    StageKnobs,
-    StageMemory,
-    kv_tokens,
-    requested_bytes,
-    resolve_knobs,
-    stage_memory,
-)
-from .problem import Problem, StageProblem, TpOption
-from .verify import check_plan, resident_sets
+from .engine_checks import engine_config_errors
+from .memory import KvCacheDtype, StageKnobs, StageMemory, resolve_knobs, stage_memory
+from .problem import MILLI, Problem, StageProblem, TpOption
+from .startup import GpuOutcome, StageRun, StartupReport, margin_bytes, simulate
 from .vllm_facts import GiB, OmniVersion
-
-# Default --buffer, GiB per GPU on top of vLLM-Omni's 2 GiB admission reserve. gpus.md:
-# totals move by up to ~0.2 GiB between drivers (we already take the low end) and it
-# advises >= 0.1-0.2 GiB of slack; 0.5 GiB also absorbs allocator fragmentation after
-# hours of serving. Documented in the README.
-DEFAULT_BUFFER_GIB = 0.5
 
 
 @dataclass(frozen=True)
@@ -41,8 +29,8 @@ class Request:
     gpus: tuple[Gpu, ...]
     version: OmniVersion
     schema: str
-    buffer_bytes: int = int(DEFAULT_BUFFER_GIB * GiB)
-    resolution: int = 100
+    buffer_gib: float = D.DEFAULT_BUFFER_GIB
+    resolution: int = D.DEFAULT_RESOLUTION
     tp: dict[str, int] = field(default_factory=dict)
     devices: dict[str, tuple[int, ...]] = field(default_factory=dict)
     max_model_len: dict[str, int] = field(default_factory=dict)
@@ -53,7 +41,25 @@ class Request:
     weight: dict[str, float] = field(default_factory=dict)
     exclusive: tuple[tuple[str, ...], ...] = ()
     kv_cache_dtype: KvCacheDtype = "auto"
-    time_limit_s: float = cpsat.DEFAULT_TIME_LIMIT_S
+    # Options given for every stage (`--max-num-batched-tokens 8192`): each applies to the
+    # stages where vLLM and the model accept it; a per-stage value above wins.
+    global_values: dict[str, int] = field(default_factory=dict)
+    allow_untested_tp: bool = False
+    time_limit_s: float = D.DEFAULT_TIME_LIMIT_S
+    workers: int | None = None  # CP-SAT workers; None: defaults.default_workers()
+
+    @property
+    def buffer_bytes(self) -> int:
+        return int(self.buffer_gib * GiB)
+
+    @property
+    def margin_bytes(self) -> int:
+        """Kept free on each GPU once all stages are up (admission reserve + buffer)."""
+        return margin_bytes(self.buffer_bytes)
+
+    def exclusive_indices(self) -> tuple[tuple[int, ...], ...]:
+        index = {st.name: i for i, st in enumerate(self.pipeline.stages)}
+        return tuple(tuple(index[name] for name in group) for group in self.exclusive)
 
 
 @dataclass(frozen=True)
@@ -70,7 +76,7 @@ class StagePlan:
     kv_cache_bytes: int
     kv_cache_tokens: int
     kv_bytes_per_gpu: dict[int, int]
-    start: int | None = None  # time slot when in an exclusive group; None: always resident
+    headroom_cap: int | None  # requests beyond which KV is no headroom (None: no cap)
 
     @property
     def gpu_memory_utilization(self) -> float:
@@ -83,68 +89,131 @@ class StagePlan:
             return 0.0
         return self.kv_cache_tokens / self.knobs.max_model_len
 
-
-@dataclass(frozen=True)
-class GpuPlan:
-    """One GPU's memory map under the plan (all resident stages at once, worst slot)."""
-
-    gpu: Gpu
-    stages: tuple[str, ...]
-    requested_bytes: int
-    outside_bytes: int
-    reserve_bytes: int
-
     @property
-    def free_bytes(self) -> int:
-        return self.gpu.total_bytes - self.requested_bytes - self.outside_bytes - self.reserve_bytes
+    def headroom(self) -> float:
+        """The capacity the objective counts: max_concurrency, capped at max_num_seqs
+        requests when KV beyond them can hold nothing (prefix caching off)."""
+        if self.headroom_cap is None:
+            return self.max_concurrency
+        return min(self.max_concurrency, float(self.headroom_cap))
 
 
 @dataclass(frozen=True)
 class Plan:
     request: Request
-    status: str
+    status: str  # "optimal" or "feasible"
     gap: float
     solve_seconds: float
     stages: tuple[StagePlan, ...]
-    gpus: tuple[GpuPlan, ...]
+    gpus: tuple[GpuOutcome, ...]
+    notes: tuple[str, ...] = ()  # solver phases that did not finish
+    option_notes: tuple[str, ...] = ()  # global options a stage does not take
 
     @property
     def min_kv_requests(self) -> float:
-        """The objective: the smallest KV capacity over KV stages, in max-length requests."""
-        values = [s.max_concurrency for s in self.stages if s.stage.has_kv_cache]
+        """The objective: the smallest counted headroom over KV stages, in max-length requests."""
+        values = [s.headroom for s in self.stages if s.stage.has_kv_cache]
         return min(values) if values else 0.0
+
+
+def untested_tp_degrees(st: StageSpec, version: OmniVersion) -> list[int]:
+    """TP degrees the stage allows but no upstream config or test of `version` runs."""
+    tested = st.tested_tp_degrees(version.name)
+    return [d for d in st.tp_degrees if d not in tested]
+
+
+def allowed_tp_degrees(st: StageSpec, request: Request) -> list[int]:
+    if request.allow_untested_tp:
+        return list(st.tp_degrees)
+    return [d for d in st.tp_degrees if d in st.tested_tp_degrees(request.version.name)]
+
+
+GLOBAL_OPTIONS = ("max_model_len", "max_num_seqs", "max_num_batched_tokens")
+
+
+def _knob_errors(pipeline: PipelineSpec, st: StageSpec, k: StageKnobs, schema: str, version: OmniVersion) -> list[str]:
+    """Why vLLM or the model would refuse these knobs for this stage (empty: accepted)."""
+    errors = []
+    if st.has_kv_cache and k.max_model_len > st.transformer.max_position:
+        errors.append(f"max_model_len {k.max_model_len} exceeds the model's maximum position {st.transformer.max_position}")
+    if st.max_num_seqs_limit is not None and k.max_num_seqs > st.max_num_seqs_limit:
+        errors.append(f"{pipeline.name}'s {st.name} batches at most {st.max_num_seqs_limit} request(s) "
+                      f"({st.max_num_seqs_limit_source})")
+    errors += engine_config_errors(
+        max_model_len=k.max_model_len, max_num_seqs=k.max_num_seqs, max_num_batched_tokens=k.max_num_batched_tokens,
+        chunked_prefill=pipeline.chunked_prefill(st, schema), kv_cache_dtype="auto" if k.kv_cache_dtype == "auto" else "fp8",
+        version=version)
+    return errors
+
+
+def resolve_request_knobs(request: Request) -> tuple[dict[str, StageKnobs], tuple[str, ...]]:
+    """Per-stage knobs of a request, and notes on global options that skip a stage.
+
+    A per-stage value is the user's word: one that vLLM refuses is an input error with
+    vLLM's message. A global value applies to each stage that accepts it; it is an input
+    error only when no stage does."""
+    pipeline, schema, version = request.pipeline, request.schema, request.version
+    explicit = {"max_model_len": request.max_model_len, "max_num_seqs": request.max_num_seqs,
+                "max_num_batched_tokens": request.max_num_batched_tokens}
+    base = resolve_knobs(pipeline, schema, version, **explicit, enforce_eager=request.enforce_eager,
+                         kv_cache_dtype=request.kv_cache_dtype, check=False)
+    notes: list[str] = []
+    applied: dict[str, list[str]] = {opt: [] for opt in request.global_values}
+    refusals: dict[str, list[str]] = {opt: [] for opt in request.global_values}
+    out = {}
+    for st in pipeline.stages:
+        k = base[st.name]
+        for opt in GLOBAL_OPTIONS:
+            if opt not in request.global_values or st.name in explicit[opt]:
+                continue
+            if opt == "max_model_len" and not st.has_kv_cache:
+                continue  # a stage without KV cache has no max_model_len of its own
+            trial = replace(k, **{opt: request.global_values[opt]})
+            errors = _knob_errors(pipeline, st, trial, schema, version)
+            if errors:
+                flag = "--" + opt.replace("_", "-")
+                notes.append(f"{flag} {request.global_values[opt]} not applied to {st.name}: {errors[0]}")
+                refusals[opt].append(f"{st.name}: {errors[0]}")
+            else:
+                k = trial
+                applied[opt].append(st.name)
+        errors = _knob_errors(pipeline, st, k, schema, version)
+        if errors:
+            raise InputError(f"{st.name}: vLLM would refuse this stage's engine config: {errors[0]}")
+        out[st.name] = k
+    for opt, stages in applied.items():
+        if not stages:
+            flag = "--" + opt.replace("_", "-")
+            raise InputError(f"{flag} {request.global_values[opt]} suits no stage: " + "; ".join(refusals[opt]))
+    return out, tuple(notes)
 
 
 def build_problem(request: Request) -> tuple[Problem, dict[str, StageKnobs]]:
     """Turn a request into the plain-number Problem the solvers read."""
     pipeline, gpus = request.pipeline, request.gpus
-    knobs = resolve_knobs(
-        pipeline,
-        request.schema,
-        max_model_len=request.max_model_len,
-        max_num_seqs=request.max_num_seqs,
-        max_num_batched_tokens=request.max_num_batched_tokens,
-        enforce_eager=request.enforce_eager,
-        kv_cache_dtype=request.kv_cache_dtype,
-    )
+    knobs, _ = resolve_request_knobs(request)
     stages = []
     for st in pipeline.stages:
+        allowed = allowed_tp_degrees(st, request)
         pinned_tp = request.tp.get(st.name)
         pinned_devices = request.devices.get(st.name)
         if pinned_devices is not None:
             pinned_devices = _check_devices(st, pinned_devices, pinned_tp, len(gpus))
             pinned_tp = len(pinned_devices)
         if pinned_tp is not None:
-            _check_tp(st, pinned_tp, len(gpus))
+            _check_tp(st, pinned_tp, len(gpus), allowed, request.version)
         options = tuple(
             TpOption(tp=d, memory=stage_memory(st, d, knobs[st.name], request.version))
-            for d in st.tp_degrees
+            for d in allowed
             if d <= len(gpus)
         )
         if not options:
             raise InputError(
-                f"{st.name} needs tensor_parallel_size {st.tp_degrees[0]} but only {len(gpus)} GPU(s) were given"
+                f"{st.name} needs tensor_parallel_size {allowed[0]} but only {len(gpus)} GPU(s) were given"
             )
+        cap = None
+        if st.has_kv_cache and not pipeline.prefix_caching(st, request.schema):
+            cap = knobs[st.name].max_num_seqs
         stages.append(
             StageProblem(
                 stage_id=st.stage_id,
@@ -156,28 +225,31 @@ def build_problem(request: Request) -> tuple[Problem, dict[str, StageKnobs]]:
                 weight_pct=round(100 * request.weight.get(st.name, 1.0)),
                 pinned_tp=pinned_tp,
                 pinned_devices=pinned_devices,
+                headroom_cap_requests=cap,
             )
         )
-    index = {st.name: i for i, st in enumerate(pipeline.stages)}
-    groups = tuple(tuple(index[name] for name in group) for group in request.exclusive)
-    reserve = F.ADMISSION_EXTERNAL_RESERVE_BYTES + F.ADMISSION_SAFETY_MARGIN_BYTES + request.buffer_bytes
     problem = Problem(
         gpus=tuple(gpus),
         stages=tuple(stages),
         resolution=request.resolution,
-        reserve_bytes=reserve,
-        exclusive_groups=groups,
+        reserve_bytes=request.margin_bytes,
+        exclusive_groups=request.exclusive_indices(),
     )
     return problem, knobs
 
 
-def _check_tp(st: StageSpec, tp: int, num_gpus: int) -> None:
+def _check_tp(st: StageSpec, tp: int, num_gpus: int, allowed: list[int], version: OmniVersion) -> None:
     heads = st.transformer.num_heads
-    allowed = ", ".join(map(str, st.tp_degrees))
+    shown = ", ".join(map(str, allowed))
     if heads % tp:
-        raise InputError(f"--tp {st.name}={tp}: {tp} does not divide the {heads} attention heads of {st.name} (allowed: {allowed})")
-    if tp not in st.tp_degrees:
-        raise InputError(f"--tp {st.name}={tp}: not allowed for {st.name} (allowed: {allowed})")
+        raise InputError(f"--tp {st.name}={tp}: {tp} does not divide the {heads} attention heads of {st.name} (allowed: {shown})")
+    if tp in st.tp_degrees and tp not in allowed:
+        raise InputError(
+            f"--tp {st.name}={tp}: no vLLM-Omni {version.name} config or test runs {st.name} at TP={tp} "
+            f"(tested: {shown}); --allow-untested-tp permits it"
+        )
+    if tp not in allowed:
+        raise InputError(f"--tp {st.name}={tp}: not allowed for {st.name} (allowed: {shown})")
     if tp > num_gpus:
         raise InputError(f"{st.name} needs tensor_parallel_size {tp} but only {num_gpus} GPU(s) were given")
 
@@ -193,76 +265,71 @@ def _check_devices(st: StageSpec, devices: tuple[int, ...], tp: int | None, num_
     return tuple(sorted(devices))
 
 
-def assemble(
-    request: Request,
-    problem: Problem,
-    knobs: dict[str, StageKnobs],
-    assignments: tuple[cpsat.StageAssignment, ...],
-    *,
-    status: str,
-    gap: float = 0.0,
-    solve_seconds: float = 0.0,
-) -> Plan:
-    """Compute every reported figure from the decisions (devices, TP, fraction), in bytes."""
-    stage_plans = []
+def stage_runs(request: Request, problem: Problem, knobs: dict[str, StageKnobs],
+               assignments: tuple[cpsat.StageAssignment, ...]) -> list[StageRun]:
+    """The plan's decisions as the start-up model reads them."""
+    runs = []
     for st, sp, a in zip(request.pipeline.stages, problem.stages, assignments):
         option = sp.options[a.option_index]
-        per_gpu = {
-            g: requested_bytes(problem.gpus[g].total_bytes, a.util_steps, problem.resolution)
-            - option.memory.inside_bytes
-            for g in a.gpus
-        }
-        kv = min(per_gpu.values()) if st.has_kv_cache else 0
+        runs.append(StageRun(st.stage_id, st.name, st.has_kv_cache, a.gpus, option.tp, a.util_steps,
+                             problem.resolution, knobs[st.name], option.memory))
+    return runs
+
+
+def startup_report(request: Request, runs: list[StageRun]) -> StartupReport:
+    """The start-up model on a plan: vLLM-Omni's capping, the admission rule, the margin."""
+    return simulate(runs, list(request.gpus), upstream=False, parallel_init=True,
+                    margin=request.margin_bytes, exclusive_groups=request.exclusive_indices())
+
+
+def assemble(request: Request, problem: Problem, knobs: dict[str, StageKnobs], solution: cpsat.Solution) -> Plan:
+    """Every reported figure from the decisions (devices, TP, fraction), in bytes, through
+    the start-up model; a plan it finds any problem with is a bug, never a plan to ship."""
+    runs = stage_runs(request, problem, knobs, solution.assignments)
+    report = startup_report(request, runs)
+    if report.problems:
+        raise RuntimeError("plan fails the start-up model: " + "; ".join(p.message for p in report.problems))
+    stage_plans = []
+    for st, sp, run, outcome in zip(request.pipeline.stages, problem.stages, runs, report.stages):
+        per_gpu = {d: b - run.memory.inside_bytes for d, b in sorted(outcome.budget_bytes_per_gpu.items())}
         stage_plans.append(
             StagePlan(
                 stage=st,
-                devices=a.gpus,
-                tensor_parallel_size=option.tp,
-                util_steps=a.util_steps,
-                resolution=problem.resolution,
-                knobs=knobs[st.name],
-                memory=option.memory,
-                kv_cache_bytes=kv,
-                kv_cache_tokens=kv_tokens(kv, option.memory.kv_bytes_per_token),
+                devices=run.devices,
+                tensor_parallel_size=run.tensor_parallel_size,
+                util_steps=run.util_steps,
+                resolution=run.resolution,
+                knobs=run.knobs,
+                memory=run.memory,
+                kv_cache_bytes=outcome.kv_cache_bytes,
+                kv_cache_tokens=outcome.kv_cache_tokens,
                 kv_bytes_per_gpu=per_gpu if st.has_kv_cache else {},
-                start=a.start,
+                headroom_cap=sp.headroom_cap_requests,
             )
         )
     return Plan(
         request=request,
-        status=status,
-        gap=gap,
-        solve_seconds=solve_seconds,
+        status=solution.status.value,
+        gap=solution.gap,
+        solve_seconds=solution.solve_seconds,
         stages=tuple(stage_plans),
-        gpus=gpu_maps(problem, stage_plans),
+        gpus=report.gpus,
+        notes=solution.notes,
+        option_notes=resolve_request_knobs(request)[1],
     )
 
 
-def gpu_maps(problem: Problem, stage_plans: list[StagePlan]) -> tuple[GpuPlan, ...]:
-    """Per-GPU memory maps: requested and outside bytes of the stages on each GPU, in the
-    time slot that uses the most (all stages when none is exclusive)."""
-    out = []
-    for g, gpu in enumerate(problem.gpus):
-        def used(sps):
-            requested = sum(requested_bytes(gpu.total_bytes, sp.util_steps, sp.resolution) for sp in sps)
-            return requested, sum(sp.memory.outside_bytes for sp in sps)
-
-        worst = max(resident_sets(stage_plans, g), key=lambda sps: sum(used(sps)))
-        requested, outside = used(worst)
-        out.append(
-            GpuPlan(
-                gpu=gpu,
-                stages=tuple(sp.stage.name for sp in stage_plans if g in sp.devices),
-                requested_bytes=requested,
-                outside_bytes=outside,
-                reserve_bytes=problem.reserve_bytes,
-            )
-        )
-    return tuple(out)
+def no_plan_error(request: Request, problem: Problem) -> NoPlanError:
+    """The proven-infeasible outcome, with the conflict in words (within the time limit)."""
+    core, lines = explain.reasons(problem, request.time_limit_s)
+    gpus = ", ".join(g.name for g in request.gpus)
+    return NoPlanError(f"no plan fits {request.pipeline.name} on {len(request.gpus)} GPU(s) ({gpus})",
+                       lines, conflict=[r.as_dict() for r in core], status="infeasible")
 
 
 def plan(request: Request, on_solve: Callable[[Problem], None] | None = None) -> Plan:
-    """The best plan for `request`, or NoPlanError saying which stage and GPU cannot fit.
+    """The best plan for `request`, or NoPlanError: proven infeasible (with the conflict)
+    or unknown (the time limit came before any plan).
 
     `on_solve` is called once the inputs are validated, just before the solver starts
     (the CLI prints its progress line there).
@@ -270,32 +337,16 @@ def plan(request: Request, on_solve: Callable[[Problem], None] | None = None) ->
     problem, knobs = build_problem(request)
     if on_solve is not None:
         on_solve(problem)
-    solution = cpsat.solve(problem, request.time_limit_s)
+    solution = cpsat.solve(problem, request.time_limit_s, request.workers)
     if solution.status is cpsat.SolveStatus.INFEASIBLE:
-        core, lines = explain.reasons(problem)
-        raise NoPlanError(
-            f"no plan fits {request.pipeline.name} on {len(request.gpus)} GPU(s) ({', '.join(g.name for g in request.gpus)})",
-            lines,
-            conflict=[r.as_dict() for r in core],
-        )
+        raise no_plan_error(request, problem)
     if solution.status is cpsat.SolveStatus.UNKNOWN:
         raise NoPlanError(
-            f"no plan found within the time limit ({request.time_limit_s:g} s)",
-            ["raise --time-limit, or fix TP degrees with --tp to shrink the search"],
+            f"no plan found within the time limit ({request.time_limit_s:g} s); nothing was proven either way",
+            ["raise --time-limit (or pin TP degrees with --tp to shrink the search)"],
+            status="unknown",
         )
-    result = assemble(
-        request,
-        problem,
-        knobs,
-        solution.assignments,
-        status=solution.status.value,
-        gap=solution.gap,
-        solve_seconds=solution.solve_seconds,
-    )
-    problems = check_plan(problem, result)
-    if problems:  # the model and the re-check disagree: a bug, never a plan to ship
-        raise RuntimeError("internal error: plan fails the independent re-check: " + "; ".join(problems))
-    return result
+    return assemble(request, problem, knobs, solution)
 
 
 @dataclass(frozen=True)
@@ -311,11 +362,10 @@ EVALUATION_RESOLUTION = 1000  # fractions in hand-written configs have up to 3 d
 
 
 def evaluate(request: Request, placements: dict[str, Placement]) -> tuple[Plan, list[str]]:
-    """A given placement (e.g. a bundled config) under the same memory model as `plan`.
+    """A given placement (e.g. a bundled config) under the same model as `plan`.
 
-    Returns the plan with every figure computed, and the rules it breaks (empty when it
-    would start and meet the same constraints a computed plan meets).
-    """
+    Returns the plan with every figure computed, and the problems the start-up model
+    finds (empty when it would start with the plan's margin)."""
     missing = [st.name for st in request.pipeline.stages if st.name not in placements]
     if missing:
         raise InputError(f"no placement given for stage(s) {', '.join(missing)}")
@@ -324,6 +374,7 @@ def evaluate(request: Request, placements: dict[str, Placement]) -> tuple[Plan, 
         tp={name: p.tensor_parallel_size for name, p in placements.items()},
         devices={name: p.devices for name, p in placements.items()},
         resolution=EVALUATION_RESOLUTION,
+        allow_untested_tp=True,
     )
     problem, knobs = build_problem(fixed)
     assignments = []
@@ -332,11 +383,30 @@ def evaluate(request: Request, placements: dict[str, Placement]) -> tuple[Plan, 
         steps = round(p.gpu_memory_utilization * EVALUATION_RESOLUTION)
         if abs(steps - p.gpu_memory_utilization * EVALUATION_RESOLUTION) > 1e-6:
             raise InputError(f"{st.name}: gpu_memory_utilization {p.gpu_memory_utilization} has more than 3 decimals")
-        option = sp.option_index(sp.pinned_tp)
-        assignments.append(cpsat.StageAssignment(option, sp.pinned_devices, steps, 0, 0, None))
-    result = assemble(fixed, problem, knobs, tuple(assignments), status="given")
-    return result, check_plan(problem, result)
+        assignments.append(cpsat.StageAssignment(sp.option_index(sp.pinned_tp), sp.pinned_devices, steps))
+    runs = stage_runs(fixed, problem, knobs, tuple(assignments))
+    report = startup_report(fixed, runs)
+    stage_plans = tuple(
+        StagePlan(st, r.devices, r.tensor_parallel_size, r.util_steps, r.resolution, r.knobs, r.memory,
+                  o.kv_cache_bytes, o.kv_cache_tokens,
+                  {d: b - r.memory.inside_bytes for d, b in o.budget_bytes_per_gpu.items()} if st.has_kv_cache else {},
+                  sp.headroom_cap_requests)
+        for st, sp, r, o in zip(fixed.pipeline.stages, problem.stages, runs, report.stages)
+    )
+    result = Plan(fixed, "given", 0.0, 0.0, stage_plans, report.gpus)
+    return result, [p.message for p in report.problems]
 
 
+def recheck(plan_: Plan) -> StartupReport:
+    """The start-up model run once more on a finished plan's decisions (tests, tools)."""
+    problem, knobs = build_problem(plan_.request)
+    assignments = tuple(
+        cpsat.StageAssignment(sp_problem.option_index(sp.tensor_parallel_size), sp.devices, sp.util_steps)
+        for sp, sp_problem in zip(plan_.stages, problem.stages)
+    )
+    return startup_report(plan_.request, stage_runs(plan_.request, problem, knobs, assignments))
 
 
+def headroom_milli(plan_: Plan) -> list[int]:
+    """Per KV stage, the counted headroom in thousandths of a request (tests, benchmarks)."""
+    return [int(MILLI * sp.headroom) for sp in plan_.stages if sp.stage.has_kv_cache]

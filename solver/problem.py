@@ -6,10 +6,11 @@ the solvers never see catalogs, YAML or the CLI.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .gpus import Gpu
 from .memory import StageMemory, tokens_needed
+from .residency import resident_sets
 
 MILLI = 1000  # KV capacity is counted in thousandths of a max-length request
 
@@ -35,6 +36,10 @@ class StageProblem:
     weight_pct: int = 100  # objective weight x 100 (--weight thinker=2 -> 200)
     pinned_tp: int | None = None  # --tp, or a config file's tensor_parallel_size kept by --fix
     pinned_devices: tuple[int, ...] | None = None  # --devices, or a config file's devices
+    # KV capacity beyond this many requests is not headroom (None: every token counts).
+    # Without prefix caching a request's blocks are freed when it ends, so at most
+    # max_num_seqs requests can ever use the cache.
+    headroom_cap_requests: int | None = None
 
     def option_index(self, tp: int) -> int:
         return next(i for i, opt in enumerate(self.options) if opt.tp == tp)
@@ -55,6 +60,12 @@ class StageProblem:
             return 0
         return MILLI * kv_bytes // (option.memory.kv_bytes_per_token * self.max_model_len)
 
+    def headroom_milli(self, milli_requests: int) -> int:
+        """The part of a capacity that counts as headroom (capped at max_num_seqs requests)."""
+        if self.headroom_cap_requests is None:
+            return milli_requests
+        return min(milli_requests, MILLI * self.headroom_cap_requests)
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -66,11 +77,19 @@ class Problem:
     reserve_bytes: int  # per GPU, outside every fraction: admission reserve + margin + buffer
     # Each group lists stage indices that are never resident at the same time.
     exclusive_groups: tuple[tuple[int, ...], ...] = ()
+    coresident: tuple[tuple[int, ...], ...] = field(init=False)
 
-    @property
-    def phases(self) -> int:
-        """Time slots needed so that members of each exclusive group can be apart."""
-        return max([1, *(len(g) for g in self.exclusive_groups)])
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "coresident", resident_sets(len(self.stages), self.exclusive_groups))
 
     def usable_bytes(self, gpu: Gpu) -> int:
         return gpu.total_bytes - self.reserve_bytes
+
+    def interchangeable_runs(self) -> list[list[int]]:
+        """Runs of GPU indices that no rule tells apart: the same kind and total, and named
+        by exactly the same pinned stages. Swapping two of them changes no figure."""
+        classes: dict[tuple, list[int]] = {}
+        for g, gpu in enumerate(self.gpus):
+            pins = tuple(s for s, st in enumerate(self.stages) if st.pinned_devices and g in st.pinned_devices)
+            classes.setdefault((gpu.name, gpu.total_bytes, pins), []).append(g)
+        return [run for run in classes.values() if len(run) > 1]

@@ -1,14 +1,21 @@
-"""Predict what happens when vLLM-Omni starts an existing config, before any GPU is touched.
+"""The start-up model: what happens when vLLM-Omni launches a set of stages.
 
-Stages start one after another in stage order (memory-facts §1). For each stage, on each of
-its GPUs: its CUDA context (and, from vLLM 0.11, NCCL) exists before the free-memory
-snapshot; then requested = ceil(total x util) is checked against free memory (§2):
-upstream vLLM refuses to start, vLLM-Omni (0.24+, the default mode) caps the request to
-what is free and the stage silently gets less KV. Then vLLM's own checks: no memory for
-cache blocks, or not enough for one request of max_model_len. A KV stage then holds its
-whole budget; a generation stage what it really uses (weights, activations, overheads,
-§7). Memory outside the fractions (contexts, NCCL, CUDA graphs) must still fit the GPU.
-With `parallel_init`, vLLM-Omni's admission rule (§4) is checked first.
+One model, read by `check` (an existing file) and by the planner (every plan is re-checked
+here before it is returned), so the two cannot disagree. The CP-SAT model (cpsat.py)
+encodes the same rules as linear constraints.
+
+For every co-resident set of stages (residency.py; all stages unless --exclusive says
+otherwise), stages start one after another in stage order (memory-facts §1). For each
+stage, on each of its GPUs: its CUDA context (and, from vLLM 0.11, NCCL) exists before
+the free-memory snapshot; then requested = ceil(total x util) is checked against free
+memory (§2): upstream vLLM refuses to start, vLLM-Omni 0.24+ caps the request to what is
+free and the stage silently gets less KV. The weights must load into what is free; then
+vLLM's own checks: no memory for cache blocks, or not enough for one request of
+max_model_len. A started stage then holds its whole budget plus what lies outside it
+(context, NCCL, CUDA graphs). A generation stage is held to its budget too: its fraction
+is the only bound vLLM puts on it, and counting less would be the optimistic error.
+Once all are up, each GPU must keep the margin free (vLLM-Omni's 2 GiB admission reserve
+plus --buffer), and with `parallel_init`, vLLM-Omni's admission rule (§4) holds first.
 """
 
 from __future__ import annotations
@@ -16,25 +23,30 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import vllm_facts as F
-from .catalog import PipelineSpec, StageSpec
-from .configfile import ConfigFile, StageSetting
-from .errors import InputError
 from .gpus import Gpu
-from .memory import StageKnobs, StageMemory, kv_tokens, requested_bytes, stage_memory, tokens_needed
-from .vllm_facts import GiB, OmniVersion
+from .memory import StageKnobs, StageMemory, kv_tokens, requested_bytes, tokens_needed
+from .residency import resident_sets
+from .vllm_facts import GiB
 
-PROBLEM_CODES = (
-    "unknown-device",
-    "tp-mismatch",
-    "tp-not-divisible",
-    "admission-exceeded",
-    "startup-refused",
-    "free-memory-capped",
-    "load-oom",
-    "no-kv-memory",
-    "kv-below-max-model-len",
-    "gpu-oversubscribed",
-)
+# Problem codes, with their severity: an error means the stage (or the GPU) fails; a
+# warning means it starts, but with less than the plan's safety margin.
+PROBLEM_CODES = {
+    "schema-unsupported": "error",
+    "unknown-device": "error",
+    "tp-mismatch": "error",
+    "tp-not-divisible": "error",
+    "engine-config-invalid": "error",
+    "admission-exceeded": "error",
+    "startup-refused": "error",
+    "free-memory-capped": "error",
+    "load-oom": "error",
+    "no-kv-memory": "error",
+    "kv-below-max-model-len": "error",
+    "gpu-oversubscribed": "error",
+    "fraction-below-usage": "warning",
+    "beyond-max-position": "warning",
+    "below-margin": "warning",
+}
 
 
 def _g(nbytes: float) -> str:
@@ -49,145 +61,111 @@ class CheckProblem:
     message: str
     numbers: dict[str, float] = field(default_factory=dict)
 
+    @property
+    def severity(self) -> str:
+        return PROBLEM_CODES[self.code]
+
     def as_dict(self) -> dict:
-        return {"code": self.code, "stage": self.stage, "gpu": self.gpu, "message": self.message, "numbers": self.numbers}
+        return {"code": self.code, "severity": self.severity, "stage": self.stage, "gpu": self.gpu,
+                "message": self.message, "numbers": self.numbers}
+
+
+@dataclass(frozen=True)
+class StageRun:
+    """One stage as it is launched: where, how large a fraction, and what it needs."""
+
+    stage_id: int
+    name: str
+    has_kv: bool
+    devices: tuple[int, ...]
+    tensor_parallel_size: int
+    util_steps: int  # gpu_memory_utilization = util_steps / resolution, exactly
+    resolution: int
+    knobs: StageKnobs
+    memory: StageMemory | None  # None when the stage cannot be modelled (bad layout)
+
+    @property
+    def gpu_memory_utilization(self) -> float:
+        return round(self.util_steps / self.resolution, 6)
 
 
 @dataclass(frozen=True)
 class StageOutcome:
-    spec: StageSpec
-    devices: tuple[int, ...]
-    tensor_parallel_size: int
-    gpu_memory_utilization: float
-    knobs: StageKnobs
-    memory: StageMemory | None  # None when the stage could not be modelled (bad TP)
+    run: StageRun
     started: bool
-    requested_bytes: int
-    budget_bytes_per_gpu: dict[int, int]
-    kv_cache_bytes: int
+    requested_bytes: int  # on the stage's smallest GPU
+    budget_bytes_per_gpu: dict[int, int]  # min(free, requested), the worst co-resident set
+    kv_cache_bytes: int  # per rank, the smallest over the stage's GPUs
     kv_cache_tokens: int
 
     @property
     def max_concurrency(self) -> float:
-        if not self.spec.has_kv_cache or self.knobs.max_model_len <= 0:
+        """Requests of max_model_len the KV cache holds (vLLM's "Maximum concurrency")."""
+        if not self.run.has_kv or self.run.knobs.max_model_len <= 0:
             return 0.0
-        return self.kv_cache_tokens / self.knobs.max_model_len
+        return self.kv_cache_tokens / self.run.knobs.max_model_len
 
 
 @dataclass(frozen=True)
 class GpuOutcome:
+    """One GPU once every stage is up, in its fullest co-resident set."""
+
     gpu: Gpu
-    stages: tuple[str, ...]
-    used_bytes: int
+    stages: tuple[str, ...]  # every stage with a rank here
+    requested_bytes: int
+    outside_bytes: int
+    margin_bytes: int
+
+    @property
+    def used_bytes(self) -> int:
+        return self.requested_bytes + self.outside_bytes
 
     @property
     def free_bytes(self) -> int:
-        return self.gpu.total_bytes - self.used_bytes
+        """What is left beyond the stages and the margin (negative: the margin is eaten)."""
+        return self.gpu.total_bytes - self.used_bytes - self.margin_bytes
 
 
 @dataclass(frozen=True)
-class CheckReport:
-    config: ConfigFile
-    version: OmniVersion
-    upstream: bool
-    parallel_init: bool
+class StartupReport:
     stages: tuple[StageOutcome, ...]
     gpus: tuple[GpuOutcome, ...]
     problems: tuple[CheckProblem, ...]
 
     @property
+    def errors(self) -> tuple[CheckProblem, ...]:
+        return tuple(p for p in self.problems if p.severity == "error")
+
+    @property
+    def warnings(self) -> tuple[CheckProblem, ...]:
+        return tuple(p for p in self.problems if p.severity == "warning")
+
+    @property
     def ok(self) -> bool:
-        return not self.problems
+        return not self.errors
 
 
-@dataclass(frozen=True)
-class ResolvedSetting:
-    """A stage's setting with vLLM's defaults filled in."""
-
-    spec: StageSpec
-    devices: tuple[int, ...]
-    tensor_parallel_size: int
-    gpu_memory_utilization: float
-    knobs: StageKnobs
-    explicit_devices: bool
-    explicit_tp: bool
+def margin_bytes(buffer_bytes: int) -> int:
+    """What each GPU keeps free once all stages are up: vLLM-Omni's admission reserves
+    (1 GiB external + 1 GiB safety, memory-facts §4) plus the user's --buffer."""
+    return F.ADMISSION_EXTERNAL_RESERVE_BYTES + F.ADMISSION_SAFETY_MARGIN_BYTES + buffer_bytes
 
 
-def default_utilization(version: OmniVersion) -> float:
-    """vLLM's default gpu_memory_utilization: 0.9 up to 0.11, 0.92 in 0.33 (memory-facts §2)."""
-    return F.DEFAULT_GPU_MEMORY_UTILIZATION_033 if version.vllm >= (0, 33) else F.DEFAULT_GPU_MEMORY_UTILIZATION
-
-
-def resolve_settings(pipeline: PipelineSpec, config: ConfigFile, version: OmniVersion) -> list[ResolvedSetting]:
-    """Match the file's stages to the pipeline's and fill what the file leaves out."""
-    by_id: dict[int, StageSetting] = {}
-    for st in config.stages:
-        if st.stage_id in by_id:
-            raise InputError(f"{config.path}: stage_id {st.stage_id} appears twice")
-        if not 0 <= st.stage_id < len(pipeline.stages):
-            raise InputError(f"{config.path}: stage_id {st.stage_id} is not a stage of {pipeline.name}")
-        by_id[st.stage_id] = st
-    out = []
-    for spec in pipeline.stages:
-        st = by_id.get(spec.stage_id)
-        if st is None:
-            raise InputError(f"{config.path}: no stage {spec.stage_id} ({spec.name}) for {pipeline.name}")
-        tp = st.tensor_parallel_size or 1
-        util = st.gpu_memory_utilization if st.gpu_memory_utilization is not None else default_utilization(version)
-        if not 0 < util <= 1:
-            raise InputError(f"{config.path}: stage {spec.stage_id} gpu_memory_utilization {util} is not in (0, 1]")
-        kv_dtype = "fp8" if str(st.kv_cache_dtype or "auto").startswith("fp8") else "auto"
-        knobs = StageKnobs(
-            max_model_len=st.max_model_len or spec.transformer.max_position,
-            max_num_seqs=st.max_num_seqs or F.DEFAULT_MAX_NUM_SEQS,
-            max_num_batched_tokens=st.max_num_batched_tokens or F.DEFAULT_MAX_NUM_BATCHED_TOKENS,
-            enforce_eager=bool(st.enforce_eager),
-            kv_cache_dtype=kv_dtype,
-        )
-        out.append(
-            ResolvedSetting(
-                spec=spec,
-                devices=st.devices if st.devices is not None else tuple(range(tp)),
-                tensor_parallel_size=tp,
-                gpu_memory_utilization=util,
-                knobs=knobs,
-                explicit_devices=st.devices is not None,
-                explicit_tp=st.tensor_parallel_size is not None,
-            )
-        )
-    return out
-
-
-def _layout_problems(rs: ResolvedSetting, num_gpus: int) -> list[CheckProblem]:
-    name, tp, devices = rs.spec.name, rs.tensor_parallel_size, rs.devices
-    found = []
-    bad = [d for d in devices if not 0 <= d < num_gpus]
-    if bad:
-        found.append(CheckProblem("unknown-device", name, bad[0],
-                                  f"{name}: devices {','.join(map(str, devices))} name GPU {bad[0]}, "
-                                  f"but only GPUs 0..{num_gpus - 1} exist", {"device": bad[0], "num_gpus": num_gpus}))
-    if len(devices) != tp or len(set(devices)) != len(devices):
-        found.append(CheckProblem("tp-mismatch", name, None,
-                                  f"{name}: {len(devices)} device(s) {','.join(map(str, devices))} for "
-                                  f"tensor_parallel_size {tp} (vLLM needs one distinct GPU per rank)",
-                                  {"devices": len(devices), "tensor_parallel_size": tp}))
-    heads = rs.spec.transformer.num_heads
-    if tp < 1 or heads % tp:
-        found.append(CheckProblem("tp-not-divisible", name, None,
-                                  f"Total number of attention heads ({heads}) must be divisible by tensor "
-                                  f"parallel size ({tp}).", {"num_heads": heads, "tensor_parallel_size": tp}))
-    return found
-
-
-def _admission(settings: list[ResolvedSetting], gpus: list[Gpu]) -> list[CheckProblem]:
+def admission_problems(runs: list[StageRun], gpus: list[Gpu], sets) -> list[CheckProblem]:
+    """vLLM-Omni's parallel_stage_init admission rule (memory-facts §4), per co-resident set."""
     found = []
     for gpu in gpus:
-        on = [rs for rs in settings if gpu.index in rs.devices]
-        kv = sum(int(gpu.total_bytes * rs.gpu_memory_utilization) for rs in on)
-        graphs = sum(F.GRAPH_RESERVE_BYTES for rs in on if not rs.knobs.enforce_eager)
-        need = kv + graphs + F.ADMISSION_EXTERNAL_RESERVE_BYTES + F.ADMISSION_SAFETY_MARGIN_BYTES
-        if on and need > gpu.total_bytes:
-            names = [f"stage{rs.spec.stage_id}/replica0" for rs in on]
+        worst = None
+        for members in sets:
+            on = [r for r in (runs[i] for i in members) if gpu.index in r.devices]
+            kv = sum(gpu.total_bytes * r.util_steps // r.resolution for r in on)
+            graphs = sum(F.GRAPH_RESERVE_BYTES for r in on if not r.knobs.enforce_eager)
+            need = kv + graphs + F.ADMISSION_EXTERNAL_RESERVE_BYTES + F.ADMISSION_SAFETY_MARGIN_BYTES
+            if on and need > gpu.total_bytes and (worst is None or need > worst[0]):
+                worst = (need, on)
+        if worst is not None:
+            need, on = worst
+            names = [f"stage{r.stage_id}/replica0" for r in on]
             found.append(CheckProblem(
                 "admission-exceeded", None, gpu.index,
                 "parallel_stage_init admission failed — per-device budget exceeds capacity. Lower "
@@ -199,70 +177,104 @@ def _admission(settings: list[ResolvedSetting], gpus: list[Gpu]) -> list[CheckPr
 
 
 def simulate(
-    pipeline: PipelineSpec,
+    runs: list[StageRun],
     gpus: list[Gpu],
-    version: OmniVersion,
-    config: ConfigFile,
     *,
-    upstream: bool | None = None,
-    parallel_init: bool = False,
-) -> CheckReport:
-    """Walk the start-up of `config` on `gpus` and report every predicted problem.
+    upstream: bool,
+    parallel_init: bool,
+    margin: int,
+    exclusive_groups: tuple[tuple[int, ...], ...] = (),
+) -> StartupReport:
+    """Walk the start-up of `runs` on `gpus` (every co-resident set) and report every
+    predicted problem, each stage's KV cache and each GPU's memory map.
 
-    `upstream`: True for upstream vLLM's refusal, False for vLLM-Omni's capping; None
-    follows the version (capping from vLLM-Omni 0.24).
-    """
-    if upstream is None:
-        upstream = not version.caps_to_free_memory
-    settings = resolve_settings(pipeline, config, version)
+    `upstream`: upstream vLLM's refusal when free < requested, else vLLM-Omni's capping.
+    `runs[i]` must be stage i of the pipeline (exclusive groups name indices)."""
+    sets = resident_sets(len(runs), exclusive_groups)
     problems: list[CheckProblem] = []
     if parallel_init:
-        problems += _admission(settings, gpus)
-    used = {g.index: 0 for g in gpus}
+        problems += admission_problems(runs, gpus, sets)
+    budgets: dict[int, dict[int, int]] = {i: {} for i in range(len(runs))}
+    started = {i: runs[i].memory is not None for i in range(len(runs))}
+    fullest: dict[int, tuple[int, int]] = {g.index: (0, 0) for g in gpus}
+    for members in sets:
+        used = {g.index: 0 for g in gpus}
+        requested_on = {g.index: 0 for g in gpus}
+        for i in members:
+            run = runs[i]
+            if run.memory is None:
+                continue
+            before = dict(used)
+            ok, got = _start_stage(run, gpus, used, upstream, problems)
+            started[i] = started[i] and ok
+            for d, b in got.items():
+                budgets[i][d] = min(budgets[i].get(d, b), b)
+                if ok:  # what the stage holds inside its fraction (at least what it uses)
+                    requested_on[d] += used[d] - before[d] - run.memory.outside_bytes
+        for gpu in gpus:
+            g = gpu.index
+            if used[g] > sum(fullest[g]):
+                fullest[g] = (requested_on[g], used[g] - requested_on[g])
+            problems += _final_state(gpu, used[g], margin, [runs[i].name for i in members if g in runs[i].devices])
     outcomes = []
-    for rs in settings:
-        layout = _layout_problems(rs, len(gpus))
-        problems += layout
-        memory = None if any(p.code == "tp-not-divisible" for p in layout) else stage_memory(
-            rs.spec, rs.tensor_parallel_size, rs.knobs, version
-        )
-        outcome, stage_problems = _start_stage(rs, memory, gpus, used, upstream, layout_ok=not layout)
-        problems += stage_problems
-        outcomes.append(outcome)
-    gpu_outcomes = []
-    for gpu in gpus:
-        names = tuple(o.spec.name for o in outcomes if gpu.index in o.devices)
-        gpu_outcomes.append(GpuOutcome(gpu, names, used[gpu.index]))
-        if used[gpu.index] > gpu.total_bytes:
-            problems.append(CheckProblem(
-                "gpu-oversubscribed", None, gpu.index,
-                f"GPU {gpu.index}: the started stages need {_g(used[gpu.index])} GiB > total "
-                f"{_g(gpu.total_bytes)} GiB once CUDA graphs and other memory outside the fractions are "
-                "allocated: CUDA out of memory at graph capture or under load",
-                {"used_gib": round(used[gpu.index] / GiB, 2), "total_gib": round(gpu.total_bytes / GiB, 2)},
-            ))
-    return CheckReport(config, version, upstream, parallel_init, tuple(outcomes), tuple(gpu_outcomes), tuple(problems))
+    for i, run in enumerate(runs):
+        kv = 0
+        if run.memory is not None and budgets[i]:
+            kv = min(b - run.memory.inside_bytes for b in budgets[i].values())
+        has_cache = run.has_kv and run.memory is not None
+        tokens = kv_tokens(kv, run.memory.kv_bytes_per_token) if has_cache else 0
+        requested = min((requested_bytes(gpus[d].total_bytes, run.util_steps, run.resolution)
+                         for d in run.devices if 0 <= d < len(gpus)), default=0)
+        outcomes.append(StageOutcome(run, started[i], requested, budgets[i],
+                                     max(kv, 0) if has_cache else 0, tokens))
+    gpu_outcomes = tuple(
+        GpuOutcome(gpu, tuple(r.name for r in runs if gpu.index in r.devices), *fullest[gpu.index], margin)
+        for gpu in gpus
+    )
+    return StartupReport(tuple(outcomes), gpu_outcomes, tuple(_dedup(problems)))
 
 
-def _start_stage(rs, memory, gpus, used, upstream, layout_ok):
-    """One stage's start-up on each of its GPUs; updates `used`; returns outcome and problems."""
-    name, util = rs.spec.name, rs.gpu_memory_utilization
-    problems: list[CheckProblem] = []
-    budgets: dict[int, int] = {}
-    if not layout_ok or memory is None:
-        outcome = StageOutcome(rs.spec, rs.devices, rs.tensor_parallel_size, util, rs.knobs, memory,
-                               False, 0, {}, 0, 0)
-        return outcome, problems
+def _dedup(problems: list[CheckProblem]) -> list[CheckProblem]:
+    seen, out = set(), []
+    for p in problems:
+        key = (p.code, p.stage, p.gpu)
+        if key not in seen:
+            seen.add(key)
+            out.append(p)
+    return out
+
+
+def _final_state(gpu: Gpu, used: int, margin: int, names: list[str]) -> list[CheckProblem]:
+    numbers = {"used_gib": round(used / GiB, 2), "total_gib": round(gpu.total_bytes / GiB, 2),
+               "margin_gib": round(margin / GiB, 2)}
+    if used > gpu.total_bytes:
+        return [CheckProblem(
+            "gpu-oversubscribed", None, gpu.index,
+            f"GPU {gpu.index}: {', '.join(names)} need {_g(used)} GiB > total {_g(gpu.total_bytes)} GiB once "
+            "CUDA graphs and other memory outside the fractions are allocated: CUDA out of memory at graph "
+            "capture or under load", numbers)]
+    if used + margin > gpu.total_bytes:
+        return [CheckProblem(
+            "below-margin", None, gpu.index,
+            f"GPU {gpu.index}: {', '.join(names)} leave {_g(gpu.total_bytes - used)} GiB free, less than the "
+            f"{_g(margin)} GiB margin (vLLM-Omni's 2 GiB admission reserve + --buffer)", numbers)]
+    return []
+
+
+def _start_stage(run: StageRun, gpus: list[Gpu], used: dict[int, int], upstream: bool, problems: list) -> tuple[bool, dict[int, int]]:
+    """One stage's start-up on each of its GPUs; updates `used` and `problems`; returns
+    whether it started and its budget per GPU."""
+    memory, name, util = run.memory, run.name, run.gpu_memory_utilization
     before_snapshot = memory.context_bytes + memory.nccl_bytes
     started = True
-    requested = 0
-    for d in rs.devices:  # contexts (and NCCL) exist before the snapshot
+    budgets: dict[int, int] = {}
+    for d in run.devices:  # contexts (and NCCL) exist before the snapshot
         used[d] += before_snapshot
-    for d in rs.devices:
+    for d in run.devices:
         gpu = gpus[d]
-        requested = requested_bytes(gpu.total_bytes, round(util * 10**6), 10**6)
+        requested = requested_bytes(gpu.total_bytes, run.util_steps, run.resolution)
         free = gpu.total_bytes - used[d]
-        budgets[d] = min(free, requested)
+        budgets[d] = max(0, min(free, requested))
         if free >= requested:
             continue
         numbers = {"free_gib": round(free / GiB, 2), "total_gib": round(gpu.total_bytes / GiB, 2),
@@ -276,7 +288,7 @@ def _start_stage(rs, memory, gpus, used, upstream, layout_ok):
         else:
             problems.append(CheckProblem("free-memory-capped", name, d, text + " Capping requested memory to "
                                          f"available free memory ({_g(free)} GiB).", numbers))
-    for d in rs.devices:
+    for d in run.devices:
         free = gpus[d].total_bytes - used[d]
         if started and memory.weights_bytes > free:
             problems.append(CheckProblem(
@@ -287,36 +299,44 @@ def _start_stage(rs, memory, gpus, used, upstream, layout_ok):
             ))
             started = False
     kv = min(b - memory.inside_bytes for b in budgets.values())
-    tokens = kv_tokens(kv, memory.kv_bytes_per_token) if rs.spec.has_kv_cache else 0
-    if started and rs.spec.has_kv_cache:
-        gpu = min(budgets, key=lambda d: (budgets[d], d))
-        L = rs.knobs.max_model_len
-        if kv <= 0:
-            problems.append(CheckProblem("no-kv-memory", name, gpu, "No available memory for the cache blocks. Try "
-                                         "increasing `gpu_memory_utilization` when initializing the engine.",
-                                         {"available_kv_gib": round(kv / GiB, 2)}))
-            started = False
-        elif tokens < L:
-            need = tokens_needed(L) * memory.kv_bytes_per_token
-            problems.append(CheckProblem(
-                "kv-below-max-model-len", name, gpu,
-                f"To serve at least one request with the models's max seq len ({L}), ({_g(need)} GiB KV cache is "
-                f"needed, which is larger than the available KV cache memory ({_g(kv)} GiB). Based on the available "
-                f"memory, the estimated maximum model length is {tokens}. Try increasing `gpu_memory_utilization` or "
-                "decreasing `max_model_len` when initializing the engine.",
-                {"needed_kv_gib": round(need / GiB, 2), "available_kv_gib": round(kv / GiB, 2), "max_model_len": L,
-                 "estimated_max_model_len": tokens},
-            ))
-            started = False
-    for d in rs.devices:
-        if started:  # a KV stage holds its whole budget; a generation stage what it uses
-            used[d] += (budgets[d] if rs.spec.has_kv_cache else memory.inside_bytes) + memory.graph_reserve_bytes
+    if started and run.has_kv:
+        started = _kv_checks(run, kv, min(budgets, key=lambda d: (budgets[d], d)), problems)
+    elif started and kv < 0:
+        d = min(budgets, key=lambda d: (budgets[d], d))
+        problems.append(CheckProblem(
+            "fraction-below-usage", name, d,
+            f"{name}: its fraction ({_g(budgets[d])} GiB on cuda:{d}) is below what it uses "
+            f"({_g(memory.inside_bytes)} GiB: weights, activations, other). vLLM does not stop a stage "
+            "without KV cache, but what it uses beyond its fraction is planned for by nothing",
+            {"budget_gib": round(budgets[d] / GiB, 2), "needed_gib": round(memory.inside_bytes / GiB, 2)}))
+    for d in run.devices:
+        if started:  # the stage holds its budget (at least what it uses) and what lies outside it
+            held = budgets[d] if run.has_kv else max(budgets[d], memory.inside_bytes)
+            used[d] += held + memory.graph_reserve_bytes
         else:  # the process exits and frees its context
             used[d] -= before_snapshot
-    outcome = StageOutcome(
-        spec=rs.spec, devices=rs.devices, tensor_parallel_size=rs.tensor_parallel_size,
-        gpu_memory_utilization=util, knobs=rs.knobs, memory=memory, started=started,
-        requested_bytes=requested, budget_bytes_per_gpu=budgets,
-        kv_cache_bytes=max(kv, 0) if rs.spec.has_kv_cache else 0, kv_cache_tokens=tokens,
-    )
-    return outcome, problems
+    return started, budgets
+
+
+def _kv_checks(run: StageRun, kv: int, gpu: int, problems: list) -> bool:
+    """vLLM's two KV checks before start-up completes; False when the stage fails."""
+    tokens = kv_tokens(kv, run.memory.kv_bytes_per_token)
+    L = run.knobs.max_model_len
+    if kv <= 0:
+        problems.append(CheckProblem("no-kv-memory", run.name, gpu, "No available memory for the cache blocks. "
+                                     "Try increasing `gpu_memory_utilization` when initializing the engine.",
+                                     {"available_kv_gib": round(kv / GiB, 2)}))
+        return False
+    if tokens < L:
+        need = tokens_needed(L) * run.memory.kv_bytes_per_token
+        problems.append(CheckProblem(
+            "kv-below-max-model-len", run.name, gpu,
+            f"To serve at least one request with the models's max seq len ({L}), ({_g(need)} GiB KV cache is "
+            f"needed, which is larger than the available KV cache memory ({_g(kv)} GiB). Based on the available "
+            f"memory, the estimated maximum model length is {tokens}. Try increasing `gpu_memory_utilization` or "
+            "decreasing `max_model_len` when initializing the engine.",
+            {"needed_kv_gib": round(need / GiB, 2), "available_kv_gib": round(kv / GiB, 2), "max_model_len": L,
+             "estimated_max_model_len": tokens},
+        ))
+        return False
+    return True

@@ -71,17 +71,38 @@ FUSED_MOE_CHUNK_TOKENS = 16 * 1024
 
 # --- defaults vLLM applies when a field is absent --------------------------------
 
-# StageDeployConfig / EngineArgs default (vLLM V1): max_num_batched_tokens 32768 for the
-# bundled omni configs ("every stage here uses vLLM's default max_num_batched_tokens=32768",
-# vllm-omni-0.30/deploy/qwen2_5_omni.yaml header).
-DEFAULT_MAX_NUM_BATCHED_TOKENS = 32768
-# vLLM's default gpu_memory_utilization when a config leaves it out: 0.9 (vLLM <= 0.11),
-# 0.92 (vLLM 0.33) (memory-facts §2). Where it changed in between is not in the references;
-# versions before 0.33 use 0.9.
-DEFAULT_GPU_MEMORY_UTILIZATION = 0.9
-DEFAULT_GPU_MEMORY_UTILIZATION_033 = 0.92
-# vLLM V1 EngineArgs default max_num_seqs on GPUs (vLLM 0.8-0.33).
-DEFAULT_MAX_NUM_SEQS = 256
+# gpu_memory_utilization when a stage leaves it out: vllm/config/cache.py CacheConfig
+# default 0.9 in the vLLM 0.14.1-0.18.1 wheels, 0.92 from 0.20.2 (0.30.0: line 103).
+def default_gpu_memory_utilization(vllm: tuple[int, int]) -> float:
+    return 0.92 if vllm >= (0, 20) else 0.9
+
+
+# max_num_batched_tokens / max_num_seqs when unset: vllm/engine/arg_utils.py
+# get_batch_defaults and _set_default_max_num_seqs_and_batched_tokens_args (0.30.0 wheel:
+# lines 2701 and 2904; the same table in 0.14.1-0.30.0). vLLM-Omni passes the usage
+# context LLM_CLASS from 0.18 (vllm_omni/engine/stage_init_utils.py) and the API-server
+# context in 0.14/0.16 serving (vllm_omni/entrypoints/omni_stage.py).
+def default_batch(vllm: tuple[int, int], gpu_name: str, gpu_total_bytes: int, max_model_len: int,
+                  chunked_prefill: bool, max_num_seqs: int | None, max_num_batched_tokens: int | None) -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) as vLLM resolves them for a stage."""
+    gib = gpu_total_bytes / GiB
+    api_server = vllm < (0, 18)
+    if gib >= 160 and vllm >= (0, 28):
+        tokens, seqs = 16384, 1024
+    elif gib >= 70 and "A100" not in gpu_name.upper():  # vLLM names the A100 apart
+        tokens, seqs = (8192 if api_server else 16384), 1024
+    else:
+        tokens, seqs = (2048 if api_server else 8192), 256
+    mns = max_num_seqs if max_num_seqs is not None else seqs
+    mnbt = max_num_batched_tokens
+    if mnbt is None:
+        mnbt = tokens
+        if not chunked_prefill:
+            mnbt = max(max_model_len, mnbt)
+        mnbt = min(mns * max_model_len, mnbt)
+    if max_num_seqs is None:
+        mns = min(mns, mnbt)
+    return mns, mnbt
 
 
 @dataclass(frozen=True)
@@ -112,14 +133,48 @@ class OmniVersion:
         """vLLM >= 0.21 estimates the CUDA-graph pool inside the fraction (memory-facts §3)."""
         return self.vllm >= (0, 21)
 
+    def reads(self, schema: str) -> bool:
+        """Whether this version's loader reads `schema` ("deploy" or "stage-args")."""
+        return in_range(self.name, SCHEMA_VERSIONS[schema])
+
+    @property
+    def legacy_worker_type(self) -> bool:
+        """Legacy engine_args name the worker as `worker_type: ar|generation` (every bundled
+        legacy file of 0.14-0.18) rather than a `worker_cls` path (0.12)."""
+        return self.vllm >= (0, 14)
+
     @property
     def snapshot_after_nccl(self) -> bool:
         """From vLLM 0.11 the start-up snapshot is taken after NCCL init (memory-facts §2)."""
         return self.vllm >= (0, 11)
 
 
-def _v(name: str, **kw) -> OmniVersion:
-    major, minor = (int(p) for p in name.split("."))
+def version_key(name: str) -> tuple[int, int]:
+    major, minor = (int(p) for p in name.split(".")[:2])
+    return major, minor
+
+
+def in_range(name: str, versions: str) -> bool:
+    """Whether version `name` ("0.24") lies in `versions` ("0.14-0.30", "0.20-", "0.12")."""
+    low, sep, high = versions.partition("-")
+    key = version_key(name)
+    if not sep:
+        return key == version_key(low)
+    return version_key(low) <= key and (not high or key <= version_key(high))
+
+
+# Which vLLM-Omni versions read which schema (read from the vllm-omni wheels on PyPI):
+# - legacy `stage_args`: read through 0.26 (0.26.0 wheel, vllm_omni/entrypoints/utils.py
+#   load_stage_configs_from_yaml); from 0.28 load_deploy_config raises "Deploy config ...
+#   uses the removed `stage_args` schema" (0.28.0 wheel, vllm_omni/config/stage_config.py
+#   load_deploy_config) and --stage-configs-path is gone from `vllm serve --omni`.
+# - deploy `stages:`: from 0.20 (0.20.0 wheel adds vllm_omni/deploy/ and
+#   stage_config.py load_deploy_config with --deploy-config).
+SCHEMA_VERSIONS = {"stage-args": "0.12-0.26", "deploy": "0.20-"}
+
+
+def _v(name: str, **kw) -> "OmniVersion":
+    major, minor = version_key(name)
     schema = "deploy" if (major, minor) >= (0, 26) else "stage-args"
     return OmniVersion(name=name, vllm=(major, minor), schema=schema, **kw)
 

@@ -15,7 +15,7 @@ from omni_autoconf.cli import main
 from omni_autoconf.configfile import read_config
 from omni_autoconf.errors import InputError
 from omni_autoconf.gpus import parse_gpus
-from omni_autoconf.startup import simulate
+from omni_autoconf.configcheck import check_config
 from omni_autoconf.vllm_facts import omni_version
 
 DATA = Path(__file__).parent / "data"
@@ -28,12 +28,15 @@ def run(*args: str):
     return CliRunner().invoke(main, [str(a) for a in args])
 
 
-def check(path, gpus="2xH100-80GB", version="0.30", **kw):
-    return simulate(QWEN3, parse_gpus(gpus), omni_version(version), read_config(str(path)), **kw)
+def check(path, gpus="2xH100-80GB", version=None, **kw):
+    """The check of a file; legacy files on 0.24, the newest version that reads them and caps."""
+    config = read_config(str(path))
+    version = version or ("0.24" if config.schema == "stage-args" else "0.30")
+    return check_config(QWEN3, parse_gpus(gpus), omni_version(version), config, **kw)
 
 
 def codes(report):
-    return [(p.code, p.stage, p.gpu) for p in report.problems]
+    return [(p.code, p.stage, p.gpu) for p in report.errors]
 
 
 def deploy(tmp_path, stages: list[dict], name="cfg.yaml") -> Path:
@@ -83,9 +86,10 @@ def test_legacy_talker_at_06_is_capped_or_refused_on_gpu1(tmp_path):
     path = legacy_talker_at(0.6, tmp_path)
     assert codes(check(path)) == [("free-memory-capped", "talker", 1)]
     assert codes(check(path, upstream=True)) == [("startup-refused", "talker", 1)]
-    result = run("check", path, "--gpus", "2xH100-80GB", "--model", "qwen3-omni-moe")
+    result = run("check", path, "--gpus", "2xH100-80GB", "--model", "qwen3-omni-moe", "--omni-version", "0.24")
     assert result.exit_code == 1 and "[free-memory-capped] talker GPU 1" in result.stdout
-    result = run("check", path, "--gpus", "2xH100-80GB", "--model", "qwen3-omni-moe", "--upstream")
+    result = run("check", path, "--gpus", "2xH100-80GB", "--model", "qwen3-omni-moe", "--omni-version", "0.24",
+                 "--upstream")
     assert result.exit_code == 1 and "[startup-refused] talker GPU 1" in result.stdout
     assert "Decrease GPU memory utilization" in result.stdout  # vLLM's own words
 
@@ -210,9 +214,10 @@ def test_absent_fields_get_vllm_defaults(tmp_path):
     path = deploy(tmp_path, [{"stage_id": 0, "devices": "0"}, {"stage_id": 1, "devices": "1"},
                              {"stage_id": 2, "devices": "1", "gpu_memory_utilization": 0.1}])
     report = check(path)
-    thinker = report.stages[0]
-    assert thinker.gpu_memory_utilization == 0.9  # vLLM's default
+    thinker = report.stages[0].run
+    assert thinker.gpu_memory_utilization == 0.92  # vLLM 0.20+'s default (0.9 before)
     assert thinker.knobs.max_model_len == 65536  # the model's maximum position
+    assert check(path, version="0.18").stages[0].run.gpu_memory_utilization == 0.9
 
 
 @pytest.mark.parametrize(
@@ -247,7 +252,8 @@ def test_missing_stage_and_missing_file_exit_2(tmp_path):
 def test_fix_keeps_pinned_devices_and_the_fixed_file_starts(tmp_path):
     broken = legacy_talker_at(0.6, tmp_path)
     out = tmp_path / "fixed.yaml"
-    result = run("check", broken, "--gpus", "2xH100-80GB", "--model", "qwen3-omni-moe", "--fix", "-o", out)
+    result = run("check", broken, "--gpus", "2xH100-80GB", "--model", "qwen3-omni-moe", "--omni-version", "0.24",
+                 "--fix", "-o", out)
     assert result.exit_code == 0, result.stderr
     assert "gain" in result.stderr
     fixed = read_config(str(out))
@@ -258,7 +264,8 @@ def test_fix_keeps_pinned_devices_and_the_fixed_file_starts(tmp_path):
 
 def test_fix_with_keep_none_may_move_stages(tmp_path):
     broken = legacy_talker_at(0.6, tmp_path)
-    pinned = run("check", broken, "--gpus", "2xH100-80GB", "--model", "qwen3-omni-moe", "--fix", "-q")
-    free = run("check", broken, "--gpus", "2xH100-80GB", "--model", "qwen3-omni-moe", "--fix", "--keep", "none", "-q")
+    args = ("check", broken, "--gpus", "2xH100-80GB", "--model", "qwen3-omni-moe", "--omni-version", "0.24", "--fix", "-q")
+    pinned = run(*args)
+    free = run(*args, "--keep", "none")
     assert pinned.exit_code == free.exit_code == 0
     assert pinned.stdout != free.stdout

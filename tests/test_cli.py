@@ -28,7 +28,8 @@ def test_main_job_prints_a_deploy_yaml_and_a_table_on_stderr():
 
 def test_stage_args_to_a_file(tmp_path):
     out = tmp_path / "stage_configs.yaml"
-    result = run("--gpus", "2xH100-80GB", "--model", "qwen3-omni-moe", "--schema", "stage-args", "-o", str(out))
+    result = run("--gpus", "2xH100-80GB", "--model", "qwen3-omni-moe", "--omni-version", "0.24", "--schema",
+                 "stage-args", "-o", str(out))
     assert result.exit_code == 0, result.stderr
     assert result.stdout == ""
     doc = yaml.safe_load(out.read_text())
@@ -69,8 +70,8 @@ def test_no_plan_exits_1_with_the_reason():
         (["--gpus", "2xH100", "--model", "qwen3-omni-moe", "--tp", "thinker=3"], "does not divide"),
         (["--gpus", "2xH100", "--model", "qwen3-omni-moe", "--tp", "thinker=16"], "not allowed"),
         (["--gpus", "2xH100", "--model", "qwen3-omni-moe", "--tp", "wizard=2"], "no stage 'wizard'"),
-        (["--gpus", "2xH100", "--model", "qwen3-omni-moe", "--max-model-len", "-5"], "out of range"),
-        (["--gpus", "2xH100", "--model", "qwen3-omni-moe", "--max-model-len", "lots"], "not a valid number"),
+        (["--gpus", "2xH100", "--model", "qwen3-omni-moe", "--max-model-len", "-5"], "not a whole number"),
+        (["--gpus", "2xH100", "--model", "qwen3-omni-moe", "--max-model-len", "lots"], "not a whole number"),
         (["--gpus", "2xH100", "--model", "qwen3-omni-moe", "--max-model-len", "1000000"], "exceeds the model's maximum"),
         (["--gpus", "2xH100", "--model", "qwen3-omni-moe", "--buffer", "-1"], "--buffer"),
         (["--gpus", "2xH100", "--model", "qwen3-omni-moe", "--resolution", "0.3"], "--resolution"),

@@ -101,6 +101,7 @@ def _llama_8b() -> StageSpec:
                 "source": "Llama-3.1-8B config.json",
             },
             "tp_degrees": [1, 2, 4, 8],
+            "tp_tested": [{"tp": 1, "versions": "0.12-", "source": "test geometry"}],
             "defaults": {
                 "deploy": {"max_num_seqs": 256, "max_num_batched_tokens": 8192, "enforce_eager": False},
                 "stage-args": {"max_num_seqs": 256, "max_num_batched_tokens": 8192, "enforce_eager": False},

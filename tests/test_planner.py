@@ -6,8 +6,7 @@ import pytest
 
 from omni_autoconf import vllm_facts as F
 from omni_autoconf.errors import InputError, NoPlanError
-from omni_autoconf.planner import Placement, build_problem, evaluate, plan
-from omni_autoconf.verify import check_plan
+from omni_autoconf.planner import Placement, evaluate, plan, recheck
 from omni_autoconf.vllm_facts import GiB
 
 from conftest import make_request
@@ -65,8 +64,7 @@ def test_qwen3_plan_beats_the_bundled_verified_config(qwen3_plan):
 def test_every_catalog_model_plans_on_two_h100(model, version):
     request = make_request(model, "2xH100-80GB", version)
     result = plan(request)
-    problem, _ = build_problem(request)
-    assert check_plan(problem, result) == []
+    assert recheck(result).problems == ()
     assert result.status == "optimal"
 
 
@@ -93,7 +91,7 @@ def test_per_gpu_sums_hold_on_mixed_gpus():
     request = make_request("qwen2.5-omni-7b", "1xH100-80GB,1xA100-80GB", max_model_len={"thinker": 32768, "talker": 32768})
     result = plan(request)
     for g in result.gpus:
-        assert g.requested_bytes + g.outside_bytes + g.reserve_bytes <= g.gpu.total_bytes
+        assert g.requested_bytes + g.outside_bytes + g.margin_bytes <= g.gpu.total_bytes
 
 
 def test_exclusive_stages_get_more_kv_than_co_resident_ones():
@@ -102,7 +100,8 @@ def test_exclusive_stages_get_more_kv_than_co_resident_ones():
     with pytest.raises(NoPlanError):
         plan(make_request("qwen3-omni-moe", "1xH100-80GB"))
     apart = plan(make_request("qwen3-omni-moe", "1xH100-80GB", exclusive=(("thinker", "talker", "code2wav"),)))
-    assert sorted(sp.start for sp in apart.stages) == [0, 1, 2]
+    total = apart.gpus[0].gpu.total_bytes
+    assert sum(sp.gpu_memory_utilization for sp in apart.stages) * total > total  # not summed: apart in time
     shared = plan(make_request("qwen3-omni-moe", "1xH200"))
     apart = plan(make_request("qwen3-omni-moe", "1xH200", exclusive=(("thinker", "code2wav"),)))
     assert apart.min_kv_requests > shared.min_kv_requests
@@ -133,4 +132,4 @@ def test_fp8_kv_cache_doubles_tokens_per_byte():
 def test_evaluate_flags_an_oversubscribed_gpu():
     over = dict(BUNDLED_QWEN3_030, talker=Placement((0,), 1, 0.6))  # thinker 0.9 + talker 0.6 on GPU 0
     _, issues = evaluate(make_request("qwen3-omni-moe", "2xH100-80GB"), over)
-    assert any(i.startswith("GPU 0") for i in issues)
+    assert any(i.startswith("GPU 0") or "cuda:0" in i for i in issues)

@@ -1,0 +1,174 @@
+"""`check`: will an existing stage config start, and how much KV does each stage get?
+
+The file's stages are matched to the pipeline's, the fields it leaves out get vLLM's
+defaults for that version and GPU, vLLM's own engine-config checks run per stage, and
+then the start-up model (startup.py, the one the planner uses) walks the launch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from . import vllm_facts as F
+from .catalog import PipelineSpec, StageSpec
+from .configfile import ConfigFile, StageSetting
+from .engine_checks import engine_config_errors
+from .errors import InputError
+from .gpus import Gpu
+from .memory import StageKnobs, stage_memory
+from .startup import CheckProblem, StageRun, StartupReport, margin_bytes, simulate
+from .vllm_facts import OmniVersion, SCHEMA_VERSIONS
+
+UTIL_RESOLUTION = 10**6  # a file's gpu_memory_utilization, read to 6 decimals
+
+
+@dataclass(frozen=True)
+class ResolvedSetting:
+    """A stage's setting with vLLM's defaults filled in."""
+
+    spec: StageSpec
+    devices: tuple[int, ...]
+    tensor_parallel_size: int
+    gpu_memory_utilization: float
+    knobs: StageKnobs
+    kv_cache_dtype: str  # as the file says it (checked against vLLM's list)
+    chunked_prefill: bool
+    explicit_devices: bool
+    explicit_tp: bool
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    config: ConfigFile
+    version: OmniVersion
+    upstream: bool
+    parallel_init: bool
+    settings: tuple[ResolvedSetting, ...]
+    startup: StartupReport
+    problems: tuple[CheckProblem, ...]  # file-level, layout and engine problems, then start-up ones
+
+    @property
+    def stages(self):
+        return self.startup.stages
+
+    @property
+    def gpus(self):
+        return self.startup.gpus
+
+    @property
+    def errors(self) -> tuple[CheckProblem, ...]:
+        return tuple(p for p in self.problems if p.severity == "error")
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+
+def resolve_settings(pipeline: PipelineSpec, config: ConfigFile, version: OmniVersion,
+                     gpus: list[Gpu]) -> list[ResolvedSetting]:
+    """Match the file's stages to the pipeline's and fill what the file leaves out."""
+    by_id: dict[int, StageSetting] = {}
+    for st in config.stages:
+        if st.stage_id in by_id:
+            raise InputError(f"{config.path}: stage_id {st.stage_id} appears twice")
+        if not 0 <= st.stage_id < len(pipeline.stages):
+            raise InputError(f"{config.path}: stage_id {st.stage_id} is not a stage of {pipeline.name}")
+        by_id[st.stage_id] = st
+    out = []
+    for spec in pipeline.stages:
+        st = by_id.get(spec.stage_id)
+        if st is None:
+            raise InputError(f"{config.path}: no stage {spec.stage_id} ({spec.name}) for {pipeline.name}")
+        tp = st.tensor_parallel_size or 1
+        devices = st.devices if st.devices is not None else tuple(range(tp))
+        util = st.gpu_memory_utilization
+        if util is None:
+            util = F.default_gpu_memory_utilization(version.vllm)
+        chunked = st.enable_chunked_prefill
+        if chunked is None:
+            chunked = pipeline.chunked_prefill(spec, config.schema)
+        mml = st.max_model_len or spec.transformer.max_position
+        first = gpus[devices[0]] if devices and 0 <= devices[0] < len(gpus) else gpus[0]
+        seqs, tokens = F.default_batch(version.vllm, first.name, first.total_bytes, mml, chunked,
+                                       st.max_num_seqs, st.max_num_batched_tokens)
+        kv_text = st.kv_cache_dtype or "auto"
+        knobs = StageKnobs(
+            max_model_len=mml,
+            max_num_seqs=seqs,
+            max_num_batched_tokens=tokens,
+            enforce_eager=bool(st.enforce_eager),
+            kv_cache_dtype="fp8" if kv_text.startswith("fp8") else "auto",
+        )
+        out.append(ResolvedSetting(spec, devices, tp, util, knobs, kv_text, chunked,
+                                   st.devices is not None, st.tensor_parallel_size is not None))
+    return out
+
+
+def _layout_problems(rs: ResolvedSetting, num_gpus: int) -> list[CheckProblem]:
+    name, tp, devices = rs.spec.name, rs.tensor_parallel_size, rs.devices
+    found = []
+    bad = [d for d in devices if not 0 <= d < num_gpus]
+    if bad:
+        found.append(CheckProblem("unknown-device", name, bad[0],
+                                  f"{name}: devices {','.join(map(str, devices))} name GPU {bad[0]}, "
+                                  f"but only GPUs 0..{num_gpus - 1} exist", {"device": bad[0], "num_gpus": num_gpus}))
+    if len(devices) != tp or len(set(devices)) != len(devices):
+        found.append(CheckProblem("tp-mismatch", name, None,
+                                  f"{name}: {len(devices)} device(s) {','.join(map(str, devices))} for "
+                                  f"tensor_parallel_size {tp} (vLLM needs one distinct GPU per rank)",
+                                  {"devices": len(devices), "tensor_parallel_size": tp}))
+    heads = rs.spec.transformer.num_heads
+    if heads % tp:
+        # vllm/config/model.py verify_with_parallel_config (0.14.1-0.30.0)
+        found.append(CheckProblem("tp-not-divisible", name, None,
+                                  f"Total number of attention heads ({heads}) must be divisible by tensor "
+                                  f"parallel size ({tp}).", {"num_heads": heads, "tensor_parallel_size": tp}))
+    return found
+
+
+def _engine_problems(rs: ResolvedSetting, version: OmniVersion) -> list[CheckProblem]:
+    k = rs.knobs
+    errors = engine_config_errors(max_model_len=k.max_model_len, max_num_seqs=k.max_num_seqs,
+                                  max_num_batched_tokens=k.max_num_batched_tokens, chunked_prefill=rs.chunked_prefill,
+                                  kv_cache_dtype=rs.kv_cache_dtype, version=version)
+    found = [CheckProblem("engine-config-invalid", rs.spec.name, None, e, {}) for e in errors]
+    if rs.spec.has_kv_cache and k.max_model_len > rs.spec.transformer.max_position:
+        # vllm/config/model.py _get_and_verify_max_len (0.14.1-0.30.0). vLLM-Omni 0.20+
+        # sets VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 for a stage with max_model_len
+        # (vllm_omni/engine/stage_init_utils.py), which makes it a warning.
+        text = (f"User-specified max_model_len ({k.max_model_len}) is greater than the derived max_model_len "
+                f"(max_position_embeddings={rs.spec.transformer.max_position}); positions beyond it give NaN")
+        code = "beyond-max-position" if version.vllm >= (0, 20) else "engine-config-invalid"
+        found.append(CheckProblem(code, rs.spec.name, None, text, {}))
+    return found
+
+
+def check_config(pipeline: PipelineSpec, gpus: list[Gpu], version: OmniVersion, config: ConfigFile, *,
+                 upstream: bool | None = None, parallel_init: bool = False, buffer_bytes: int = 0,
+                 exclusive: tuple[tuple[str, ...], ...] = ()) -> CheckReport:
+    """Predict the start-up of `config` on `gpus` and report every problem.
+
+    `upstream`: True for upstream vLLM's refusal, False for vLLM-Omni's capping; None
+    follows the version (capping from vLLM-Omni 0.24)."""
+    if upstream is None:
+        upstream = not version.caps_to_free_memory
+    problems: list[CheckProblem] = []
+    if not version.reads(config.schema):
+        problems.append(CheckProblem(
+            "schema-unsupported", None, None,
+            f"vLLM-Omni {version.name} does not read {config.schema} files (read by {SCHEMA_VERSIONS[config.schema]})"))
+    settings = resolve_settings(pipeline, config, version, gpus)
+    runs = []
+    for rs in settings:
+        layout = _layout_problems(rs, len(gpus))
+        problems += layout + _engine_problems(rs, version)
+        memory = None if layout else stage_memory(rs.spec, rs.tensor_parallel_size, rs.knobs, version)
+        steps = round(rs.gpu_memory_utilization * UTIL_RESOLUTION)
+        runs.append(StageRun(rs.spec.stage_id, rs.spec.name, rs.spec.has_kv_cache, rs.devices, rs.tensor_parallel_size,
+                             steps, UTIL_RESOLUTION, rs.knobs, memory))
+    index = {st.name: i for i, st in enumerate(pipeline.stages)}
+    groups = tuple(tuple(index[n] for n in group) for group in exclusive)
+    startup = simulate(runs, gpus, upstream=upstream, parallel_init=parallel_init,
+                       margin=margin_bytes(buffer_bytes), exclusive_groups=groups)
+    return CheckReport(config, version, upstream, parallel_init, tuple(settings), startup,
+                       tuple(problems) + startup.problems)
