@@ -1,5 +1,5 @@
 """`python -m omni_autoconf` runs the command line."""
 
-from .cli import main
+from .entry import run
 
-main()
+run()

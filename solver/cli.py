@@ -15,7 +15,7 @@ import click
 
 from . import __version__, defaults as D
 from .cli_common import (
-    OneLineErrors, attach_fixes, bounded, exclusive_groups, expand_global, gpus_option, once, parse_float,
+    OneLineErrors, attach_fixes, bounded, check_output_path, exclusive_groups, expand_global, gpus_option, once, parse_float,
     parse_int, per_stage, report_no_plan, run_command, time_limit_option, write_output,
 )
 from .errors import InputError, NoPlanError
@@ -180,6 +180,7 @@ def _plan_command(**o) -> int:
     request = build_request(o)
     fmt = once(o["fmt"], "--format", "yaml")
     output = once(o["output"], "-o/--output")
+    check_output_path(output)
     ensure_renderable(request)
 
     def progress(problem) -> None:

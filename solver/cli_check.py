@@ -12,7 +12,7 @@ import click
 
 from . import defaults as D
 from .cli_common import (
-    attach_fixes, bounded, exclusive_groups, gpus_option, once, parse_float, report_no_plan, run_command,
+    attach_fixes, bounded, check_output_path, exclusive_groups, gpus_option, once, parse_float, report_no_plan, run_command,
     time_limit_option, write_output,
 )
 from .errors import InputError, NoPlanError
@@ -64,7 +64,9 @@ def _check(**o) -> int:
                          0.0, D.MAX_BUFFER_GIB, "--buffer")
     exclusive = exclusive_groups(o["exclusive"], pipeline)
     fmt = once(o["fmt"], "--format", "table")
-    config = read_config(o["config"], once(o["platform"], "--platform", "cuda"))
+    check_output_path(once(o["output"], "-o/--output"))
+    config = read_config(o["config"], once(o["platform"], "--platform", "cuda"),
+                         engine_extras=version.deploy_reads_engine_extras)
     report = check_config(pipeline, list(gpus), version, config, upstream=True if o["upstream"] else None,
                           parallel_init=o["parallel_init"], buffer_bytes=int(buffer_gib * GiB), exclusive=exclusive)
     if o["fix"]:

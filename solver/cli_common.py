@@ -7,11 +7,14 @@ traceback only with --debug.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import stat
 import sys
 import tempfile
+import threading
 from typing import Callable, TypeVar
 
 import json
@@ -107,8 +110,7 @@ def run_command(debug: bool, action: Callable[[], int], on_no_plan: Callable[[No
         click.echo(f"omni-autoconf: error: {one_line(str(exc))}", err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        click.echo("omni-autoconf: interrupted; nothing was written", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        exit_interrupted()
     except OSError as exc:
         if debug:
             raise
@@ -121,6 +123,18 @@ def run_command(debug: bool, action: Callable[[], int], on_no_plan: Callable[[No
                    "(a bug; re-run with --debug and report it)", err=True)
         sys.exit(EXIT_NO_ANSWER)
     sys.exit(code)
+
+
+def exit_interrupted() -> None:
+    """One line, exit 130, at once. os._exit: a CP-SAT search stopped midway leaves native
+    threads that abort the process in its exit handlers (seen with OR-Tools 9.15), and
+    nothing is left to flush but the standard streams."""
+    try:
+        sys.stdout.flush()
+    finally:
+        sys.stderr.write("omni-autoconf: interrupted; nothing was written\n")
+        sys.stderr.flush()
+        os._exit(EXIT_INTERRUPTED)
 
 
 def one_line(text: str) -> str:
@@ -138,8 +152,18 @@ class OneLineErrors(click.Group):
             click.echo(f"omni-autoconf: error: {one_line(exc.format_message())} (see --help)", err=True)
             sys.exit(EXIT_NO_ANSWER)
         except (click.Abort, KeyboardInterrupt):
-            click.echo("omni-autoconf: interrupted; nothing was written", err=True)
-            sys.exit(EXIT_INTERRUPTED)
+            exit_interrupted()
+
+
+def check_output_path(path: str | None) -> None:
+    """Refuse an unusable -o before any work is done (write_output checks again)."""
+    if path is None or path == "-":
+        return
+    target = os.path.realpath(path)
+    if os.path.exists(target) and not os.path.isfile(target):
+        raise InputError(f"-o {path}: not a regular file; refusing to replace it (use -o - for stdout)")
+    if not os.path.isdir(os.path.dirname(target)):
+        raise InputError(f"-o {path}: folder {os.path.dirname(target)} does not exist")
 
 
 def write_output(path: str | None, text: str) -> None:
@@ -167,16 +191,30 @@ def write_output(path: str | None, text: str) -> None:
         umask = os.umask(0)
         os.umask(umask)
         mode = 0o666 & ~umask
-    fd, tmp = tempfile.mkstemp(prefix=".omni-autoconf-", dir=folder)
+    with _uninterrupted():  # the plan is final: write it whole, or not at all
+        fd, tmp = tempfile.mkstemp(prefix=".omni-autoconf-", dir=folder)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(text)
+            os.chmod(tmp, mode)
+            os.replace(tmp, target)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+
+
+@contextlib.contextmanager
+def _uninterrupted():
+    """Ignore Ctrl-C for the few milliseconds of the final write (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def once(values: tuple[str, ...], option: str, default: str | None = None) -> str | None:

@@ -222,8 +222,9 @@ def _legacy(raw: dict, path: str) -> ConfigFile:
     return ConfigFile(path, "stage-args", tuple(stages))
 
 
-def read_config(path: str, platform: str = "cuda") -> ConfigFile:
-    """Read a deploy or legacy stage config file."""
+def read_config(path: str, platform: str = "cuda", engine_extras: bool = True) -> ConfigFile:
+    """Read a deploy or legacy stage config file. `engine_extras=False` reads a deploy file
+    as vLLM-Omni 0.20/0.22 do, which drop a stage's `engine_extras:` mapping."""
     p = Path(path)
     raw = _load_yaml(p)
     if "stage_args" in raw:
@@ -240,7 +241,7 @@ def read_config(path: str, platform: str = "cuda") -> ConfigFile:
         where = f"{path}: stages[{i}]"
         entry = _mapping(entry, where, "a stage")
         runtime = _mapping(entry.get("runtime"), where, "runtime")
-        flat = {**entry, **_mapping(entry.get("engine_args"), where, "engine_args"),
-                **_mapping(entry.get("engine_extras"), where, "engine_extras")}
+        extras = _mapping(entry.get("engine_extras"), where, "engine_extras") if engine_extras else {}
+        flat = {**entry, **_mapping(entry.get("engine_args"), where, "engine_args"), **extras}
         stages.append(_setting(flat, runtime.get("devices", entry.get("devices")), where))
     return ConfigFile(path, "deploy", tuple(stages))

@@ -1,10 +1,12 @@
 """Fixes for a request that has no plan, each proven by re-solving with it applied.
 
-Candidates, cheapest change first: fp8 KV cache; a larger TP degree for a stage whose TP
-is pinned; letting a stage with pinned devices move; fewer guaranteed requests; the
-largest max_model_len that fits; the fewest extra GPUs of the kind already there. Only
-fixes for which CP-SAT finds a plan are returned, each with the command line that
-applies it. (fp8 weights would come first among the heavy changes, but no catalog model
+Candidates, cheapest change first: fp8 KV cache; allowing TP degrees upstream never runs
+(--allow-untested-tp); a larger TP degree for a stage whose TP is pinned; letting a stage
+with pinned devices move; fewer guaranteed requests; the largest max_model_len that fits;
+the fewest extra GPUs of the kind already there (alone, then with pinned stages free to
+move, then with untested TP degrees), up to the inventory limit. Only fixes for which
+CP-SAT finds a plan within the search's share of --time-limit are returned, each with the
+command line that applies it. (fp8 weights would come first among the heavy changes, but no catalog model
 ships an fp8 checkpoint yet.)
 """
 
@@ -87,6 +89,9 @@ def _candidates(request: Request, budget: _Budget) -> Iterator[Fix]:
     if request.kv_cache_dtype == "auto":
         fixed = replace(request, kv_cache_dtype="fp8")
         yield Fix("fp8-kv-cache", "store the KV cache in fp8 (half the bytes per token)", fixed, (1, 0))
+    if not request.allow_untested_tp:
+        fixed = replace(request, allow_untested_tp=True)
+        yield Fix("untested-tp", "allow TP degrees no upstream config or test runs (at your own risk)", fixed, (2, 9))
     for name, tp in sorted(request.tp.items()):
         larger = [d for d in allowed_tp_degrees(pipeline.stage(name), request) if d > tp and d <= len(request.gpus)]
         if larger and name not in request.devices:
@@ -151,6 +156,14 @@ def _more_gpus(request: Request, budget: _Budget) -> Iterator[Fix]:
         if k is not None:
             summary = f"add {k} more {kind.name} GPU(s) and let the pinned stages move"
             yield Fix("more-gpus-unpinned", summary, replace(with_extra(k), devices={}, tp={}), (7, k))
+            return
+    if not request.allow_untested_tp:  # a TP degree no upstream config runs may be what it takes
+        k = fewest(lambda n: replace(with_extra(n), devices={}, tp={}, allow_untested_tp=True))
+        if k is not None:
+            summary = (f"add {k} more {kind.name} GPU(s) and allow TP degrees no upstream config or test runs "
+                       "(at your own risk)")
+            yield Fix("more-gpus-untested-tp", summary,
+                      replace(with_extra(k), devices={}, tp={}, allow_untested_tp=True), (8, k))
 
 
 def propose_fixes(request: Request) -> tuple[list["Fix"], str]:
@@ -165,4 +178,5 @@ def propose_fixes(request: Request) -> tuple[list["Fix"], str]:
     return found, note
 
 
-FIX_KINDS = "fp8 KV cache, larger TP, moving a pinned stage, fewer requests, shorter max_model_len, extra GPUs"
+FIX_KINDS = ("fp8 KV cache, untested TP degrees, larger TP, moving a pinned stage, fewer requests, shorter "
+             "max_model_len, extra GPUs")

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from .errors import CatalogError, InputError
 from .vllm_facts import GiB
 
-MAX_GPUS = 64  # more than one node's worth is a cluster, which this tool does not plan yet
+from .defaults import MAX_GPUS
 
 
 class GpuSpec(BaseModel):
@@ -100,24 +100,31 @@ def lookup_gpu(name: str) -> GpuSpec:
     return spec
 
 
-_TERM = re.compile(r"^\s*(?:(\d+)\s*[xX*]\s*)?([A-Za-z0-9][A-Za-z0-9 _.-]*?)\s*$")
+# ASCII digits only (\d would take full-width and other Unicode digits); a few of them.
+_TERM = re.compile(r"^\s*(?:([0-9]{1,6})\s*[xX*]\s*)?([A-Za-z0-9][A-Za-z0-9 _.-]*?)\s*$", re.ASCII)
 
 
 def parse_gpus(text: str) -> list[Gpu]:
     """Parse `2xH100-80GB,1xA100-40GB` into GPUs indexed in the order written."""
     if not text or not text.strip():
         raise InputError("--gpus is empty; expected terms like 2xH100-80GB joined by commas")
+    if len(text) > 4096:
+        raise InputError("--gpus is longer than 4096 characters")
     gpus: list[Gpu] = []
     for term in text.split(","):
+        shown = term.strip()[:40]
+        lead = re.match(r"\s*([0-9]+)\s*[xX*]", term)
+        if lead and (len(lead.group(1)) > 6 or int(lead.group(1)) > MAX_GPUS):
+            raise InputError(f"--gpus term {shown!r}: more than {MAX_GPUS} GPUs, the most this tool plans")
         m = _TERM.match(term)
-        if not m or re.fullmatch(r"\s*\d+\s*[xX*]?\s*", term):
-            raise InputError(f"malformed --gpus term {term.strip()!r}; expected NxNAME, e.g. 2xH100-80GB")
+        if not m or re.fullmatch(r"\s*[0-9]+\s*[xX*]?\s*", term):
+            raise InputError(f"malformed --gpus term {shown!r}; expected NxNAME, e.g. 2xH100-80GB")
         count = int(m.group(1)) if m.group(1) is not None else 1
         if count < 1:
-            raise InputError(f"--gpus term {term.strip()!r}: the count must be at least 1")
+            raise InputError(f"--gpus term {shown!r}: the count must be at least 1")
+        if len(gpus) + count > MAX_GPUS:
+            raise InputError(f"--gpus lists more than {MAX_GPUS} GPUs, the most this tool plans")
         spec = lookup_gpu(m.group(2))
         for _ in range(count):
             gpus.append(Gpu(index=len(gpus), name=spec.name, total_bytes=spec.capacity_bytes))
-        if len(gpus) > MAX_GPUS:
-            raise InputError(f"--gpus lists more than {MAX_GPUS} GPUs; plan one node at a time")
     return gpus

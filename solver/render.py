@@ -207,7 +207,12 @@ def _range_text(versions: str) -> str:
 
 
 def render_deploy(plan: Plan) -> str:
-    """The vLLM-Omni deploy YAML (`stages:`, 0.20+), loadable by load_deploy_config."""
+    """The vLLM-Omni deploy YAML (`stages:`, 0.20+), loadable by load_deploy_config.
+
+    Engine args that are not StageDeployConfig fields (kv_cache_dtype, moe_backend,
+    enable_chunked_prefill) are written as flat stage keys, as the bundled files do: every
+    version's _parse_stage_deploy passes unknown stage keys on to the engine, while an
+    `engine_extras:` mapping is dropped by 0.20 and 0.22 (a reserved key there)."""
     ensure_renderable(plan.request)
     top = copy.deepcopy(plan.request.pipeline.deploy_top)
     connectors = top.pop("connectors", None)
@@ -217,14 +222,9 @@ def render_deploy(plan: Plan) -> str:
     stages = []
     for sp in plan.stages:
         catalog = copy.deepcopy(sp.stage.deploy_fields)
-        engine_extras = catalog.pop("engine_extras", {})
-        planned = _planned_fields(sp)
-        # kv_cache_dtype is not a StageDeployConfig field: it travels in engine_extras.
-        if "kv_cache_dtype" in planned:
-            engine_extras = {**engine_extras, "kv_cache_dtype": planned.pop("kv_cache_dtype")}
-        entry = with_planned({"stage_id": sp.stage.stage_id, "devices": _devices(sp)}, planned, catalog)
-        if engine_extras:
-            entry["engine_extras"] = {k: v for k, v in engine_extras.items() if k not in planned}
+        extras = catalog.pop("engine_extras", {})
+        entry = with_planned({"stage_id": sp.stage.stage_id, "devices": _devices(sp)}, _planned_fields(sp),
+                             {**catalog, **extras})
         stages.append(entry)
     doc["stages"] = stages
     return header(plan) + _dump(doc)

@@ -138,6 +138,13 @@ class OmniVersion:
         return in_range(self.name, SCHEMA_VERSIONS[schema])
 
     @property
+    def deploy_reads_engine_extras(self) -> bool:
+        """A deploy stage's `engine_extras:` mapping reaches the engine from 0.24; in 0.20
+        and 0.22 it is a reserved key that _parse_stage_deploy drops (0.22.0 wheel,
+        vllm_omni/config/stage_config.py _STAGE_NON_ENGINE_KEYS)."""
+        return self.vllm >= (0, 24)
+
+    @property
     def legacy_worker_type(self) -> bool:
         """Legacy engine_args name the worker as `worker_type: ar|generation` (every bundled
         legacy file of 0.14-0.18) rather than a `worker_cls` path (0.12)."""

@@ -98,8 +98,8 @@ def test_unchanged_legacy_file_starts():
     assert check(LEGACY).ok
 
 
-def test_l4_has_no_plan_and_says_no_fix_exists():
-    result = run("--gpus", "1xL4", "--model", "qwen3-omni-moe")
+def test_t4_has_no_plan_and_says_no_fix_exists():
+    result = run("--gpus", "1xT4", "--model", "qwen3-omni-moe", "--time-limit", "60")
     assert result.exit_code == 1
     assert "No fix within the fix list" in result.stderr
 

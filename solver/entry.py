@@ -1,0 +1,18 @@
+"""The console script: runs the CLI, and turns an interrupt that arrives before the CLI's
+own handlers exist (while modules load) into the same one line and exit 130."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+
+def run() -> None:
+    try:
+        from .cli import main
+
+        main()
+    except KeyboardInterrupt:
+        sys.stderr.write("omni-autoconf: interrupted; nothing was written\n")
+        sys.stderr.flush()
+        os._exit(130)

@@ -1,0 +1,225 @@
+"""Hostile input is harmless: bounded sizes, one-line errors, exit 0/1/2/130 only."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from omni_autoconf.cli import main
+
+QWEN3 = ["--model", "qwen3-omni-moe"]
+OTHERS = '{stage_id: 1, devices: "1", gpu_memory_utilization: 0.3}, {stage_id: 2, devices: "1", gpu_memory_utilization: 0.1}'
+
+
+def run(*args: str):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def one_line_error(result, code: int = 2) -> bool:
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    return result.exit_code == code and len(lines) == 1 and lines[0].startswith("omni-autoconf: ") and (
+        "Traceback" not in result.stderr)
+
+
+def timed(*args):
+    start = time.perf_counter()
+    result = run(*args)
+    return result, time.perf_counter() - start
+
+
+# --- sizes are bounded before work is done --------------------------------------------------
+
+
+@pytest.mark.parametrize("gpus", ["99999999999999999999xH100-80GB", "9" * 5000 + "xH100-80GB", "65xH100-80GB",
+                                  "64xH100-80GB,1xL4", "x" * 10_000])
+def test_huge_inventories_are_refused_at_once(gpus):
+    result, seconds = timed("--gpus", gpus, *QWEN3)
+    assert one_line_error(result) and seconds < 1.0
+
+
+def test_yaml_alias_bomb_is_refused_at_once(tmp_path):
+    lines = ['a: &a ["x","x","x","x","x","x","x","x","x"]']
+    for i in range(1, 10):
+        prev, cur = chr(96 + i), chr(97 + i)
+        lines.append(f"{cur}: &{cur} [" + ",".join([f"*{prev}"] * 9) + "]")
+    lines.append("stages: [*j]")
+    path = tmp_path / "bomb.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    assert path.stat().st_size < 600
+    result, seconds = timed("check", path, "--gpus", "2xH100-80GB", *QWEN3)
+    assert one_line_error(result) and "aliases" in result.stderr and seconds < 1.0
+
+
+def test_deep_nesting_is_refused(tmp_path):
+    path = tmp_path / "deep.yaml"
+    path.write_text("stages: " + "[" * 100_000 + "]" * 100_000 + "\n")
+    result = run("check", path, "--gpus", "2xH100-80GB", *QWEN3)
+    assert one_line_error(result) and "nested deeper" in result.stderr
+
+
+@pytest.mark.parametrize("special", ["/dev/zero", "/dev/urandom"])
+def test_only_regular_files_are_read(tmp_path, special):
+    result, seconds = timed("check", special, "--gpus", "2xH100-80GB", *QWEN3)
+    assert one_line_error(result) and "not a regular file" in result.stderr and seconds < 1.0
+    child = tmp_path / "child.yaml"
+    child.write_text(f"base_config: {special}\nstages: []\n")
+    result, seconds = timed("check", child, "--gpus", "2xH100-80GB", *QWEN3)
+    assert one_line_error(result) and seconds < 1.0
+
+
+def test_an_oversized_file_is_refused(tmp_path):
+    path = tmp_path / "big.yaml"
+    path.write_text("stages: []\n" + "#" * (2 << 20))
+    assert one_line_error(run("check", path, "--gpus", "2xH100-80GB", *QWEN3))
+
+
+# --- malformed configs: exit 2, one line, never an internal error -----------------------------
+
+MALFORMED = {
+    "binary garbage": None,
+    "stages: 5": "stages: 5\n",
+    "platforms: [1]": "platforms: [1]\nstages: []\n",
+    "platforms.cuda: 5": "platforms: {cuda: 5}\nstages: []\n",
+    "compilation_config: [1,2]": f'stages: [{{stage_id: 0, devices: "0", compilation_config: [1,2]}}, {OTHERS}]\n',
+    "runtime: 5": f"stages: [{{stage_id: 0, runtime: 5}}, {OTHERS}]\n",
+    "engine_args: [1]": f"stages: [{{stage_id: 0, engine_args: [1]}}, {OTHERS}]\n",
+    "a stage that is a number": "stages: [1, 2]\n",
+    "legacy stage without stage_id": 'stage_args: [{runtime: {devices: "0"}}]\n',
+    "max_model_len: .inf": f'stages: [{{stage_id: 0, devices: "0", max_model_len: .inf}}, {OTHERS}]\n',
+    "tensor_parallel_size: 0": f'stages: [{{stage_id: 0, devices: "0", tensor_parallel_size: 0}}, {OTHERS}]\n',
+    "tensor_parallel_size: 1.7": f'stages: [{{stage_id: 0, devices: "0", tensor_parallel_size: 1.7}}, {OTHERS}]\n',
+    "max_model_len: 0": f'stages: [{{stage_id: 0, devices: "0", max_model_len: 0}}, {OTHERS}]\n',
+    "max_model_len: -5": f'stages: [{{stage_id: 0, devices: "0", max_model_len: -5}}, {OTHERS}]\n',
+    "max_num_seqs: -3": f'stages: [{{stage_id: 0, devices: "0", max_num_seqs: -3}}, {OTHERS}]\n',
+    "gpu_memory_utilization: true": f'stages: [{{stage_id: 0, devices: "0", gpu_memory_utilization: true}}, {OTHERS}]\n',
+    "devices: [0, 1]": 'stages: [{stage_id: 0, devices: [0, 1]}]\n',
+    "stage_id: x": 'stages: [{stage_id: x}]\n',
+}
+
+
+@pytest.mark.parametrize("name", sorted(MALFORMED))
+def test_malformed_configs_exit_2_with_one_line(tmp_path, name):
+    path = tmp_path / "bad.yaml"
+    if MALFORMED[name] is None:
+        path.write_bytes(bytes(range(256)) * 8)
+    else:
+        path.write_text(MALFORMED[name])
+    result = run("check", path, "--gpus", "2xH100-80GB", *QWEN3)
+    assert one_line_error(result), result.stderr
+
+
+def test_a_kv_cache_dtype_vllm_refuses_is_reported(tmp_path):
+    path = tmp_path / "fp4.yaml"
+    path.write_text(f'stages: [{{stage_id: 0, devices: "0", kv_cache_dtype: fp4}}, {OTHERS}]\n')
+    result = run("check", path, "--gpus", "2xH100-80GB", *QWEN3)
+    assert result.exit_code == 1 and "[engine-config-invalid] thinker" in result.stdout and "'fp4'" in result.stdout
+
+
+def test_the_string_false_is_read_as_vllm_reads_it(tmp_path):
+    from omni_autoconf.configfile import read_config
+
+    path = tmp_path / "eager.yaml"
+    path.write_text(f'stages: [{{stage_id: 0, devices: "0", enforce_eager: "false"}}, {OTHERS}]\n')
+    assert read_config(str(path)).stages[0].enforce_eager is False
+    path.write_text(f'stages: [{{stage_id: 0, devices: "0", enforce_eager: "maybe"}}, {OTHERS}]\n')
+    assert one_line_error(run("check", path, "--gpus", "2xH100-80GB", *QWEN3))
+
+
+# --- flags -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [
+    ["--tp", "thinker=2", "--tp", "thinker=1"],
+    ["--max-model-len", "4096", "--max-model-len", "8192"],
+    ["--max-model-len", "thinker=4096,thinker=8192"],
+    ["--buffer", "1", "--buffer", "2"],
+    ["--devices", "thinker=0", "--devices", "thinker=1"],
+    ["--enforce-eager", "talker=true", "--enforce-eager", "talker=false"],
+    ["--omni-version", "0.30", "--omni-version", "0.28"],
+])
+def test_conflicting_flags_are_errors(args):
+    result = run("--gpus", "2xH100-80GB", *QWEN3, *args)
+    assert one_line_error(result), result.stderr
+
+
+@pytest.mark.parametrize("args", [
+    ["--gpus", "２xH100-80GB", *QWEN3],
+    ["--gpus", "2xH100-80GB", *QWEN3, "--max-model-len", "１２３４"],
+    ["--gpus", "2xH100-80GB", *QWEN3, "--buffer", "０.５"],
+    ["--gpus", "2xH100-80GB", *QWEN3, "--buffer", "nan"],
+    ["--gpus", "2xH100-80GB", *QWEN3, "--time-limit", "inf"],
+    ["--gpus", "2xH100-80GB", *QWEN3, "--resolution", "0.3"],
+    ["--gpus", "2xH100-80GB", *QWEN3, "--nope"],
+    ["--gpus", "2xH100-80GB", *QWEN3, "--schema", "yaml"],
+    ["--gpus", "2xH100-80GB", *QWEN3, "--devices", "thinker=0,x"],
+    ["check", "--gpus", "2xH100-80GB"],
+    ["gpus", "extra"],
+])
+def test_bad_values_and_usage_errors_are_one_line(args):
+    assert one_line_error(run(*args)), run(*args).stderr
+
+
+def test_the_recorded_command_reproduces_the_run():
+    first = run("--gpus", "2xH100-80GB", *QWEN3, "--resolution", "0.142857142857", "--buffer", "0.1234567",
+                "--weight", "talker=1.3333333", "-q")
+    assert first.exit_code == 0, first.stderr
+    recorded = re.search(r"^# Inputs: omni-autoconf (.*)$", first.stdout, re.M).group(1)
+    again = run(*shlex.split(recorded), "-q")
+    assert again.exit_code == 0, again.stderr
+    assert again.stdout == first.stdout
+
+
+# --- interrupts ----------------------------------------------------------------------------------
+
+CLI = [sys.executable, "-m", "omni_autoconf"]
+
+
+def _interrupt(args: list[str], delay: float, out: Path):
+    proc = subprocess.Popen([*CLI, *args, "-q", "-o", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    time.sleep(delay)
+    sent = time.perf_counter()
+    proc.send_signal(signal.SIGINT)
+    try:
+        _, err = proc.communicate(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail(f"{args} hung after Ctrl-C")
+    return proc.returncode, err, time.perf_counter() - sent
+
+
+def test_ctrl_c_mid_solve_exits_130_and_leaves_the_file(tmp_path):
+    # One worker on eight H100s keeps the first objective phase busy for seconds.
+    out = tmp_path / "plan.yaml"
+    out.write_text("the user's file\n")
+    code, err, seconds = _interrupt(["--gpus", "8xH100-80GB", *QWEN3, "--workers", "1"], 1.5, out)
+    if code == 0:
+        pytest.skip("the solve finished before the interrupt on this machine")
+    assert code == 130 and seconds < 2.0
+    assert err.strip().splitlines() == ["omni-autoconf: interrupted; nothing was written"]
+    assert out.read_text() == "the user's file\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["plan.yaml"]
+
+
+@pytest.mark.parametrize("delay", [0.05, 0.4, 0.9])
+def test_ctrl_c_at_any_moment_is_clean(tmp_path, delay):
+    out = tmp_path / "plan.yaml"
+    out.write_text("the user's file\n")
+    code, err, _ = _interrupt(["--gpus", "62xH100-80GB", *QWEN3], delay, out)
+    assert code in (0, 130), err
+    if code == 130:
+        assert out.read_text() == "the user's file\n" and len(err.strip().splitlines()) == 1
+    else:
+        assert yaml.safe_load(out.read_text())["stages"]
+    assert [p.name for p in tmp_path.iterdir()] == ["plan.yaml"]
+    assert "Traceback" not in err and "terminate called" not in err

@@ -1,0 +1,94 @@
+"""plan -> file -> check: the tool's own check accepts every plan it writes, with the same KV.
+
+Over a grid of catalog models, inventories (1-8 GPUs, mixed kinds) and options
+(exclusive stages, pins, buffers, fp8 KV, both schemas), `check` with the same flags
+finds no problem and no warning, and predicts exactly the KV the plan reports.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from omni_autoconf.cli import main
+from omni_autoconf.configcheck import check_config
+from omni_autoconf.configfile import read_config
+from omni_autoconf.errors import NoPlanError
+from omni_autoconf.planner import plan
+from omni_autoconf.render import RENDERERS
+
+from conftest import make_request
+
+MODELS = ["qwen3-omni-moe", "qwen2.5-omni-7b", "qwen2.5-omni-3b"]
+INVENTORIES = ["1xH200", "2xH100-80GB", "1xH100-80GB,1xA100-80GB", "2xA100-80GB,1xL40S", "4xL40S",
+               "1xB200,2xRTX4090", "8xH100-80GB"]
+OPTIONS = {
+    "defaults": {},
+    "exclusive": {"exclusive": (("thinker", "code2wav"),)},
+    "pinned": {"devices": {"code2wav": (0,)}, "tp": {"thinker": 1}},
+    "buffer": {"buffer_gib": 3.25},
+    "fp8": {"kv_cache_dtype": "fp8"},
+    "legacy": {"version": "0.22", "schema": "stage-args"},
+    "short": {"max_model_len": {"thinker": 8192, "talker": 8192}, "min_concurrency": {"thinker": 2, "talker": 2}},
+}
+GRID = list(itertools.product(MODELS, INVENTORIES, sorted(OPTIONS)))
+
+
+def _plan(model, gpus, option):
+    kw = dict(OPTIONS[option])
+    version = kw.pop("version", "0.30")
+    try:
+        return plan(make_request(model, gpus, version, time_limit_s=60, **kw))
+    except NoPlanError as exc:
+        assert exc.status == "infeasible", exc.message  # never a time-limit "no plan" here
+        return None
+
+
+@pytest.mark.parametrize("model, gpus, option", GRID, ids=["|".join(case) for case in GRID])
+def test_check_accepts_the_plan_it_was_written_from(tmp_path, model, gpus, option):
+    result = _plan(model, gpus, option)
+    if result is None:
+        pytest.skip("no plan fits (proven)")
+    request = result.request
+    path = tmp_path / "plan.yaml"
+    path.write_text(RENDERERS[request.schema](result))
+    report = check_config(request.pipeline, list(request.gpus), request.version, read_config(str(path)),
+                          parallel_init=True, buffer_bytes=request.buffer_bytes, exclusive=request.exclusive)
+    assert report.problems == (), [p.message for p in report.problems]
+    assert [o.kv_cache_tokens for o in report.stages] == [sp.kv_cache_tokens for sp in result.stages]
+    assert [o.kv_cache_bytes for o in report.stages] == [sp.kv_cache_bytes for sp in result.stages]
+    # Without prefix caching, KV beyond max_num_seqs requests is given back as free memory:
+    # at most one fraction step above it remains (or above the guaranteed minimum, if larger).
+    for sp in result.stages:
+        if sp.headroom_cap is not None:
+            step = max(result.gpus[d].gpu.total_bytes for d in sp.devices) / request.resolution
+            step_requests = step / (sp.memory.kv_bytes_per_token * sp.knobs.max_model_len)
+            floor = max(sp.knobs.max_num_seqs, request.min_concurrency.get(sp.stage.name, 1))
+            assert sp.max_concurrency <= floor + step_requests + 1e-9, sp.stage.name
+
+
+def test_grid_is_not_vacuous():
+    planned = sum(_plan(m, g, o) is not None for m, g, o in GRID[::5])
+    assert planned >= len(GRID[::5]) // 2
+
+
+@pytest.mark.parametrize("args", [
+    ["--gpus", "2xH100-80GB", "--model", "qwen3-omni-moe"],
+    ["--gpus", "1xH100-80GB", "--model", "qwen3-omni-moe", "--exclusive", "thinker,talker,code2wav"],
+    ["--gpus", "2xH100-80GB", "--model", "qwen3-omni-moe", "--omni-version", "0.16", "--buffer", "1"],
+])
+def test_round_trip_through_the_command_line(tmp_path, args):
+    out = tmp_path / "plan.yaml"
+    runner = CliRunner()
+    planned = runner.invoke(main, [*args, "-o", str(out), "--format", "yaml", "-q"])
+    assert planned.exit_code == 0, planned.stderr
+    as_json = json.loads(runner.invoke(main, [*args, "--format", "json", "-q"]).stdout)
+    flags = [a for pair in zip(args[::2], args[1::2]) for a in pair if pair[0] != "--format"]
+    checked = runner.invoke(main, ["check", str(out), *flags, "--parallel-init", "--format", "json"])
+    assert checked.exit_code == 0, checked.stdout
+    data = json.loads(checked.stdout)
+    assert data["problems"] == []
+    assert [s["kv_cache_tokens"] for s in data["stages"]] == [s["kv_cache_tokens"] for s in as_json["stages"]]
