@@ -23,7 +23,7 @@ test: venv
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache deploy.yaml
 
-# Regenerate examples/ (checked by tests/test_examples.py); paste comparison.md and
-# `omni-autoconf --help` into the README when they change.
+# Regenerate examples/ and the README's generated blocks (comparison table, --help, the
+# no-plan sample); tests/test_examples.py fails when any of them is stale.
 examples: venv
 	$(BIN)/python examples/regenerate.py

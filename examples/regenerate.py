@@ -63,6 +63,29 @@ def main() -> None:
     print("wrote examples/comparison.md", file=sys.stderr)
     (HERE / "help.txt").write_text(help_text())
     print("wrote examples/help.txt", file=sys.stderr)
+    sync_readme()
+    print("updated the generated blocks of README.md", file=sys.stderr)
+
+
+def sync_readme() -> None:
+    """Put the current comparison table, --help text and no-plan sample into the README."""
+    import re
+    import shlex
+
+    from click.testing import CliRunner
+
+    from omni_autoconf.cli import main as cli
+
+    path = HERE.parent / "README.md"
+    text = path.read_text()
+    comparison = (HERE / "comparison.md").read_text()
+    text = re.sub(r"\| stage \| config \|.*?requests of 65536 tokens\.\n", lambda m: comparison, text, count=1, flags=re.S)
+    text = re.sub(r"```text\nUsage: omni-autoconf \[OPTIONS\].*?```", lambda m: "```text\n" + help_text() + "```", text,
+                  count=1, flags=re.S)
+    m = re.search(r"```text\n\$ (omni-autoconf [^\n]+)\n(.*?)```", text, re.S)
+    sample = CliRunner().invoke(cli, shlex.split(m.group(1))[1:]).stderr
+    text = text[:m.start(2)] + sample + text[m.end(2):]
+    path.write_text(text)
 
 
 def help_text() -> str:

@@ -49,7 +49,7 @@ def _describe(problem: Problem, group: str, subject: str) -> str:
         gpu = problem.gpus[int(subject[3:])]
         return (
             f"GPU {gpu.index} ({gpu.name}) holds at most {_gib(problem.usable_bytes(gpu))} of stage memory "
-            f"(total {_gib(gpu.total_bytes)} less {_gib(problem.reserve_bytes)} of reserves)"
+            f"(total {_gib(gpu.total_bytes)} less the {_gib(problem.reserve_bytes)} margin)"
         )
     st = _stage(problem, subject)
     opt = _cheapest(st)

@@ -274,3 +274,33 @@ def test_no_plan_error_statuses():
     with pytest.raises(NoPlanError) as err:
         plan(make_request("qwen3-omni-moe", "1xL4"))
     assert err.value.status == "infeasible" and err.value.exit_code == 1
+
+
+def test_explanation_and_fix_search_obey_the_time_limit():
+    import time
+
+    start = time.perf_counter()
+    result = run("--gpus", "2xA100-40GB", *QWEN3, "--time-limit", "0.3", "-q")
+    elapsed = time.perf_counter() - start
+    assert result.exit_code == 1
+    assert elapsed < 0.3 * 3 + 4.0  # solve, explanation and fix search: one limit each, plus start-up
+
+
+@pytest.mark.parametrize("gpus", ["2xH100-80GB", "1xH100-80GB,1xA100-80GB", "4xL40S"])
+def test_the_plan_does_not_depend_on_the_worker_count(gpus):
+    texts = {render_deploy(plan(make_request("qwen3-omni-moe", gpus, workers=w))) for w in (1, 2, 8)}
+    assert len(texts) == 1
+
+
+def test_the_plan_does_not_depend_on_the_hash_seed(tmp_path):
+    import subprocess
+    import sys
+
+    outputs = set()
+    for hash_seed in ("0", "1", "12345"):
+        done = subprocess.run([sys.executable, "-m", "omni_autoconf", "--gpus", "2xH100-80GB,1xL40S", *QWEN3, "-q"],
+                              capture_output=True, text=True, env={**os.environ, "PYTHONHASHSEED": hash_seed},
+                              timeout=120)
+        assert done.returncode == 0, done.stderr
+        outputs.add(done.stdout)
+    assert len(outputs) == 1
