@@ -74,6 +74,10 @@ class Transformer(_Strict):
     intermediate_size: int = Field(gt=0, description="Dense MLP width, or per-expert width for MoE.")
     num_experts_per_tok: int = Field(default=0, ge=0)
     shared_expert_intermediate_size: int = Field(default=0, ge=0)
+    qk_norm: bool = Field(default=False, description="RMSNorm on q and k (Qwen3): two more temporaries.")
+    deepstack_levels: int = Field(
+        default=0, ge=0, description="Deepstack input buffers of max_num_batched_tokens x hidden allocated at load."
+    )
     source: str = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -96,11 +100,37 @@ class EncoderProfile(_Strict):
     source: str = Field(min_length=1)
 
 
-class GenerationProfile(_Strict):
-    """Profile-run activations of a generation stage (no vLLM decoder, e.g. a vocoder)."""
+class VisionTower(_Strict):
+    """A Qwen-VL style vision encoder and the limits its processors put on the dummy video
+    the profile run encodes (profile.py derives the peak from these)."""
 
-    tokens_cap: int = Field(gt=0, description="Tokens the stage processes at once (its chunk).")
-    bytes_per_token: int = Field(gt=0, description="Activation bytes per token at the peak.")
+    depth: int = Field(gt=0)
+    hidden_size: int = Field(gt=0)
+    intermediate_size: int = Field(gt=0)
+    num_heads: int = Field(gt=0)
+    patch_size: int = Field(gt=0)
+    temporal_patch_size: int = Field(gt=0)
+    spatial_merge_size: int = Field(gt=0)
+    deepstack_layers: int = Field(ge=0, description="Block outputs kept for deepstack (their count).")
+    out_hidden_size: int = Field(gt=0, description="Width of each merger output (the decoder's hidden size).")
+    image_max_pixels: int = Field(gt=0, description="Image processor max_pixels: what vLLM sizes the dummy for.")
+    video_max_pixels: int = Field(gt=0, description="The HF processor's per-frame video limit.")
+    video_min_pixels: int = Field(gt=0)
+    only_if: VersionFlag | None = None
+    source: str = Field(min_length=1)
+
+
+class GenerationProfile(_Strict):
+    """Profile-run activations of a generation stage (no vLLM decoder, e.g. a vocoder).
+
+    The profile run feeds max_num_batched_tokens tokens, i.e. tokens / tokens_per_frame
+    frames; the stage decodes at most chunk_frames of them at once, unless it streams
+    (async_chunk) and `whole_batch_when_streaming`, in which case it decodes them all."""
+
+    tokens_per_frame: int = Field(default=1, gt=0, description="Input tokens per decoded frame (codebooks).")
+    chunk_frames: int = Field(gt=0, description="Frames decoded at once when chunking.")
+    bytes_per_frame: int = Field(gt=0, description="Activation bytes per frame at the peak.")
+    whole_batch_when_streaming: bool = False
     source: str = Field(min_length=1)
 
 
@@ -142,7 +172,8 @@ class StageSpec(_Strict):
     dtype: str = Field(description="dtype the weights are loaded in.")
     components: list[Component] = Field(min_length=1)
     transformer: Transformer
-    encoder_profile: EncoderProfile | None = None
+    vision_tower: VisionTower | None = None
+    encoder_profile: EncoderProfile | None = Field(default=None, description="An estimate where no tower is derived.")
     generation_profile: GenerationProfile | None = None
     tp_degrees: list[int] = Field(min_length=1, description="TP degrees vLLM accepts for this stage.")
     tp_tested: list[TpEvidence] = Field(
@@ -235,6 +266,13 @@ class PipelineSpec(_Strict):
         else:
             value = stage.legacy_engine_args.get("enable_prefix_caching")
         return True if value is None else bool(value)
+
+    def async_chunk(self, schema: str) -> bool:
+        """Whether stages stream to the next (async_chunk): the deploy schema's default is on
+        (0.30.0 wheel, vllm_omni/config/stage_config.py DeployConfig async_chunk = True),
+        the legacy loader's off (entrypoints/utils.py config_data.get("async_chunk", False))."""
+        top = self.deploy_top if schema == "deploy" else self.legacy_top
+        return bool(top.get("async_chunk", schema == "deploy"))
 
     def chunked_prefill(self, stage: StageSpec, schema: str) -> bool:
         """Whether the stage runs with chunked prefill (vLLM V1's default for decoder models:

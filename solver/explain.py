@@ -58,7 +58,7 @@ def _describe(problem: Problem, group: str, subject: str) -> str:
         return (
             f"{st.name} needs {_gib(m.inside_bytes)} per rank inside its fraction at TP={opt.tp} "
             f"(weights {_gib(m.weights_bytes)}, activations {_gib(m.activation_bytes)}, other "
-            f"{_gib(m.non_torch_bytes + m.graph_pool_bytes)}) plus {_gib(m.outside_bytes)} outside it"
+            f"{_gib(m.inside_bytes - m.weights_bytes - m.activation_bytes)}) plus {_gib(m.outside_bytes)} outside it"
         )
     if group == "max-model-len":
         return (

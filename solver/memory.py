@@ -1,15 +1,19 @@
 """The memory model: what one stage needs on each of its GPUs, per TP rank, in bytes.
 
 Pure functions of (stage spec, TP degree, knobs, vLLM-Omni version); no solver, no I/O.
-The terms follow ../shared/reference/memory-facts.md:
 
-    requested(s, g)  = ceil(total(g) x util(s))                      (§2)
-    inside(s, t)     = weights + activation + non_torch + graph_pool  (§2, §3, §7)
-    kv(s, g)         = requested(s, g) - inside(s, t)                 (§2)
-    outside(s, t)    = cuda_context + nccl + graph_reserve            (§2, §3, §4)
+    requested  = ceil(total x util)
+    inside     = what vLLM-Omni subtracts from `requested` before sizing the KV cache
+    kv         = requested - inside
+    outside    = what the process holds on the GPU beyond `requested`
 
-`inside` is what vLLM subtracts from the requested budget before sizing the KV cache;
-`outside` is memory the process holds on the device beyond its fraction.
+How `inside` is measured depends on the version (vllm_omni/worker/base.py
+determine_available_memory): vLLM-Omni 0.14 and 0.30 subtract the profile run's
+weights + torch peak + non-torch growth ("profile"); 0.16-0.28 subtract the process's
+NVML memory after profiling when NVML sees the process, else the same profile figures
+("either"). Then the CUDA context sits inside and the transient part of the peak
+outside; both readings are taken at their worse. No version subtracts CUDA-graph memory:
+graphs are captured after the KV cache exists, outside the fraction.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Literal
 from . import vllm_facts as F
 from .catalog import DTYPE_BYTES, PipelineSpec, StageSpec
 from .errors import InputError
+from .profile import profile_terms
 from .vllm_facts import OmniVersion
 
 KvCacheDtype = Literal["auto", "fp8"]
@@ -34,35 +39,45 @@ class StageKnobs:
     max_num_batched_tokens: int
     enforce_eager: bool
     kv_cache_dtype: KvCacheDtype = "auto"
+    async_chunk: bool = False  # the pipeline streams between stages
 
 
 @dataclass(frozen=True)
 class StageMemory:
     """One stage at one TP degree: bytes per rank (identical on every rank)."""
 
-    weights_bytes: int
-    activation_bytes: int
+    weights_bytes: int  # "Model loading took": weights and the buffers built with them
+    activation_bytes: int  # the profile run's torch peak
+    persistent_bytes: int  # the part of the peak still allocated after profiling
     non_torch_bytes: int
-    graph_pool_bytes: int
     context_bytes: int
     nccl_bytes: int
+    runner_bytes: int  # input buffers the model runner allocates after the snapshot
     graph_reserve_bytes: int
     kv_bytes_per_token: int  # 0 for stages without a KV cache
+    accounting: str = "profile"  # "profile" or "either" (see the module docstring)
 
     @property
     def inside_bytes(self) -> int:
-        """Non-KV memory counted inside the fraction (vLLM's non_kv)."""
-        return self.weights_bytes + self.activation_bytes + self.non_torch_bytes + self.graph_pool_bytes
+        """Non-KV memory vLLM-Omni subtracts from the request (the worse reading)."""
+        base = self.weights_bytes + self.non_torch_bytes
+        if self.accounting == "either":
+            scoped = self.persistent_bytes + self.context_bytes + self.nccl_bytes + self.runner_bytes
+            return base + max(self.activation_bytes, scoped)
+        return base + self.activation_bytes
 
     @property
     def outside_bytes(self) -> int:
-        """Memory the process holds on the GPU beyond its fraction."""
-        return self.context_bytes + self.nccl_bytes + self.graph_reserve_bytes
+        """Memory the process holds on the GPU beyond its request (the worse reading)."""
+        before = self.context_bytes + self.nccl_bytes + self.runner_bytes
+        if self.accounting == "either":
+            return self.graph_reserve_bytes + max(before, self.activation_bytes - self.persistent_bytes)
+        return self.graph_reserve_bytes + before
 
     @property
     def overhead_bytes(self) -> int:
         """Everything that is neither weights, activations nor KV cache."""
-        return self.non_torch_bytes + self.graph_pool_bytes + self.outside_bytes
+        return self.inside_bytes - self.weights_bytes - self.activation_bytes + self.outside_bytes
 
 
 def _applies(only_if: str | None, version: OmniVersion) -> bool:
@@ -90,54 +105,41 @@ def kv_bytes_per_token(stage: StageSpec, tp: int, kv_cache_dtype: KvCacheDtype =
     return t.num_layers * 2 * kv_heads_per_rank * t.head_dim * elem
 
 
-def activation_peak(stage: StageSpec, tp: int, knobs: StageKnobs, version: OmniVersion) -> int:
-    """Torch activation peak of the profile run on one rank (§7).
+def activation_peak(stage: StageSpec, tp: int, knobs: StageKnobs, version: OmniVersion) -> tuple[int, int]:
+    """(peak, persistent) of the profile run on one rank.
 
-    The decoder pass pushes max_num_batched_tokens tokens through one layer at a time:
-    MLP (or fused-MoE) intermediates, the QKV projection and a few hidden-state copies;
-    then the sampler computes [min(max_num_seqs, tokens), vocab] fp32 logits. A
-    multimodal stage first encodes its largest item; the encoder's activations are gone
-    by the decoder pass but its output (the encoder cache) stays.
-    """
-    t = stage.transformer
-    elem = DTYPE_BYTES[stage.dtype]
-    tokens = knobs.max_num_batched_tokens
+    A stage with a vLLM decoder: profile.profile_terms. A generation stage (a vocoder):
+    its frames decoded at once times the bytes per frame; nothing persists."""
     if stage.generation_profile is not None:
         gp = stage.generation_profile
-        return int(min(tokens, gp.tokens_cap) * gp.bytes_per_token)
-
-    qkv = (t.num_heads + 2 * t.num_kv_heads) * t.head_dim / tp
-    per_token = qkv + F.ACTIVATION_HIDDEN_COPIES * t.hidden_size
-    decoder = tokens * per_token * elem
-    if t.mlp == "dense":
-        decoder += tokens * 3 * t.intermediate_size / tp * elem
-    else:
-        moe_tokens = min(tokens, F.FUSED_MOE_CHUNK_TOKENS)
-        decoder += moe_tokens * t.num_experts_per_tok * (3 * t.intermediate_size / tp + t.hidden_size) * elem
-        decoder += tokens * 3 * t.shared_expert_intermediate_size / tp * elem
-    sampler = min(knobs.max_num_seqs, tokens) * t.vocab_size * F.SAMPLER_LOGIT_BYTES
-
-    encoder = encoder_cache = 0.0
-    ep = stage.encoder_profile
-    if ep is not None and _applies(ep.only_if, version):
-        positions = ep.budget_tokens * ep.patches_per_token
-        encoder = positions * (ep.intermediate_size + 2 * ep.hidden_size) * elem
-        encoder_cache = ep.budget_tokens * t.hidden_size * elem
-    return int(max(decoder + sampler, encoder) + encoder_cache)
+        frames = max(1, knobs.max_num_batched_tokens // gp.tokens_per_frame)
+        if not (knobs.async_chunk and gp.whole_batch_when_streaming):
+            frames = min(frames, gp.chunk_frames)
+        return frames * gp.bytes_per_frame, 0
+    terms = profile_terms(stage, tp, knobs.max_model_len, knobs.max_num_seqs, knobs.max_num_batched_tokens, version)
+    return terms.peak, terms.persistent
 
 
 def stage_memory(stage: StageSpec, tp: int, knobs: StageKnobs, version: OmniVersion) -> StageMemory:
     """All memory terms of `stage` at TP degree `tp`, per rank."""
     graphs = not knobs.enforce_eager
+    elem = DTYPE_BYTES[stage.dtype]
+    hidden = stage.transformer.hidden_size
+    deepstack = stage.transformer.deepstack_levels * knobs.max_num_batched_tokens * hidden * 2
+    peak, persistent = activation_peak(stage, tp, knobs, version)
     return StageMemory(
-        weights_bytes=weights_per_rank(stage, tp, version),
-        activation_bytes=activation_peak(stage, tp, knobs, version),
+        weights_bytes=weights_per_rank(stage, tp, version) + deepstack,
+        activation_bytes=peak,
+        persistent_bytes=persistent,
         non_torch_bytes=F.NON_TORCH_BYTES,
-        graph_pool_bytes=F.GRAPH_POOL_ESTIMATE_BYTES if graphs and version.graphs_inside_budget else 0,
         context_bytes=F.CUDA_CONTEXT_BYTES,
         nccl_bytes=F.NCCL_BYTES_PER_RANK if tp > 1 and version.snapshot_after_nccl else 0,
+        runner_bytes=int(knobs.max_num_batched_tokens * hidden * elem),
         graph_reserve_bytes=F.GRAPH_RESERVE_BYTES if graphs else 0,
         kv_bytes_per_token=kv_bytes_per_token(stage, tp, knobs.kv_cache_dtype),
+        # A stage without KV cache sizes nothing from the measurement: its fraction is only
+        # the start-up gate, and what it holds is its profile peak either way.
+        accounting=version.kv_accounting if stage.has_kv_cache else "profile",
     )
 
 
@@ -199,5 +201,6 @@ def resolve_knobs(
             max_num_batched_tokens=(max_num_batched_tokens or {}).get(stage.name, d.max_num_batched_tokens),
             enforce_eager=(enforce_eager or {}).get(stage.name, d.enforce_eager),
             kv_cache_dtype=kv_cache_dtype,
+            async_chunk=pipeline.async_chunk(schema),
         )
     return out

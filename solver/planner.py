@@ -364,8 +364,8 @@ EVALUATION_RESOLUTION = 1000  # fractions in hand-written configs have up to 3 d
 def evaluate(request: Request, placements: dict[str, Placement]) -> tuple[Plan, list[str]]:
     """A given placement (e.g. a bundled config) under the same model as `plan`.
 
-    Returns the plan with every figure computed, and the problems the start-up model
-    finds (empty when it would start with the plan's margin)."""
+    Returns the plan with every figure computed, and the errors the start-up model finds
+    (empty when it would start; warnings such as a thin margin are not errors)."""
     missing = [st.name for st in request.pipeline.stages if st.name not in placements]
     if missing:
         raise InputError(f"no placement given for stage(s) {', '.join(missing)}")
@@ -394,7 +394,7 @@ def evaluate(request: Request, placements: dict[str, Placement]) -> tuple[Plan, 
         for st, sp, r, o in zip(fixed.pipeline.stages, problem.stages, runs, report.stages)
     )
     result = Plan(fixed, "given", 0.0, 0.0, stage_plans, report.gpus)
-    return result, [p.message for p in report.problems]
+    return result, [p.message for p in report.errors]
 
 
 def recheck(plan_: Plan) -> StartupReport:

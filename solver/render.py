@@ -329,7 +329,9 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
                 "kv_cache_bytes_per_gpu": {str(g): b for g, b in sorted(sp.kv_bytes_per_gpu.items())},
                 "memory": {
                     "non_torch_bytes": sp.memory.non_torch_bytes,
-                    "graph_pool_bytes": sp.memory.graph_pool_bytes,
+                    "persistent_activation_bytes": sp.memory.persistent_bytes,
+                    "runner_buffer_bytes": sp.memory.runner_bytes,
+                    "kv_accounting": sp.memory.accounting,
                     "cuda_context_bytes": sp.memory.context_bytes,
                     "nccl_bytes": sp.memory.nccl_bytes,
                     "graph_reserve_bytes": sp.memory.graph_reserve_bytes,

@@ -42,31 +42,34 @@ ADMISSION_SAFETY_MARGIN_BYTES = 1 * GiB
 
 # Graph memory outside the fraction, per stage with CUDA graphs (0 when enforce_eager).
 # vLLM-Omni 0.30 admission reserves _DEFAULT_GRAPH_RESERVE_BYTES = 2 GiB per such stage
-# (stage_admission.py). We use it for every version: up to vLLM 0.20 graphs are captured
-# after KV allocation, outside the fraction; from 0.21 the pool is inside but graphs a
-# model captures for itself (Qwen3-Omni talker MTP) still need free memory on top
-# (memory-facts §3).
+# (vllm_omni/engine/stage_admission.py). No vLLM-Omni version subtracts graph memory from
+# the KV budget: its workers' determine_available_memory (vllm_omni/worker/base.py,
+# 0.16-0.30; 0.14 inherits vLLM 0.14.1's) never call profile_cudagraph_memory, so graphs,
+# captured after the KV cache, always need room outside the fraction: the thinker's 19
+# decode sizes, the talker's MTP graphs, code2wav's 11 inner graphs (vllm_omni 0.30.0
+# qwen3_tts/cuda_graph_decoder_wrapper.py compute_capture_sizes) and the sampler warm-up.
+# Public logs show "took 0.31 GiB" and "took 0.96 GiB"; 2 GiB covers them.
 GRAPH_RESERVE_BYTES = 2 * GiB
 
-# The CUDA-graph pool vLLM >= 0.21 estimates and subtracts from the budget before KV
-# allocation (memory-facts §3). Public logs show "took 0.31 GiB", "took 0.96 GiB" and
-# "Estimated CUDA graph memory: 1.10 GiB total"; we take the largest, 1.10 GiB.
-GRAPH_POOL_ESTIMATE_BYTES = int(1.10 * GiB)
+# --- profile run (activation peak; profile.py) -------------------------------------
 
-# --- profile run (activation peak) ------------------------------------------------
+# The sampler dummy run (vLLM 0.30.0 v1/worker/gpu_model_runner.py _dummy_sampler_run)
+# exercises top-k/top-p: fp32 logits (v1/sample/sampler.py:97), their sort values, int64
+# indices, masks and softmax copies (v1/sample/ops/topk_topp_sampler.py:402): ~30-40 B per
+# logit of [min(max_num_seqs, tokens), vocab]. Estimate; we take the high end.
+SAMPLER_BYTES_PER_LOGIT = 35
 
-# vLLM V1 samples fp32 logits of [min(max_num_seqs, tokens), vocab] in the profile run
-# (memory-facts §7). 4 bytes per logit.
-SAMPLER_LOGIT_BYTES = 4
+# Rotary cos/sin tables and flash-attention softmax statistics of a vision-encoder block,
+# per patch (36 rotary dims in bf16 and h x fp32 LSE at TP=1: ~144 + 64 B). Estimate, high.
+ENCODER_MISC_BYTES_PER_PATCH = 200
 
-# Copies of the hidden state alive at the peak of one decoder layer besides the MLP
-# intermediates (residual, normed input). Fitted to the Llama-3.1-8B logs in calibration
-# (peak_torch - weights = 2.07 GiB at 20,000 tokens, 2.99 GiB at 29,000 tokens): with 2
-# copies the model is 7-10% above both (conservative). (vLLM 0.6.4-0.6.6 log format)
-ACTIVATION_HIDDEN_COPIES = 2
+# vLLM caps the dummy video at 14 frames (model_executor/models/qwen2_vl.py
+# _MAX_FRAMES_PER_VIDEO, 0.14.1-0.30.0).
+MAX_VIDEO_FRAMES = 14
 
-# Fused-MoE kernels process at most this many tokens at once, so MoE intermediates stop
-# growing past it. vllm/envs.py VLLM_FUSED_MOE_CHUNK_SIZE default 16 * 1024.
+# Fused-MoE activation chunking in vLLM 0.14/0.16 (vllm/envs.py VLLM_FUSED_MOE_CHUNK_SIZE
+# default 16 * 1024, with VLLM_ENABLE_FUSED_MOE_ACTIVATION_CHUNKING on); from 0.18 the
+# workspace spans the whole batch (model_executor/layers/fused_moe/modular_kernel.py).
 FUSED_MOE_CHUNK_TOKENS = 16 * 1024
 
 # --- defaults vLLM applies when a field is absent --------------------------------
@@ -129,9 +132,13 @@ class OmniVersion:
     has_admission_check: bool
 
     @property
-    def graphs_inside_budget(self) -> bool:
-        """vLLM >= 0.21 estimates the CUDA-graph pool inside the fraction (memory-facts §3)."""
-        return self.vllm >= (0, 21)
+    def kv_accounting(self) -> str:
+        """How the worker measures what it subtracts before sizing the KV cache (memory.py):
+        "either" for 0.16-0.28, whose OmniGPUWorkerBase uses the process's NVML memory after
+        profiling when NVML sees the process and the profile figures otherwise
+        (vllm_omni/worker/base.py determine_available_memory); "profile" for 0.14 (vLLM
+        0.14.1's worker) and 0.30 (device-level profiling)."""
+        return "either" if (0, 16) <= self.vllm <= (0, 28) else "profile"
 
     def reads(self, schema: str) -> bool:
         """Whether this version's loader reads `schema` ("deploy" or "stage-args")."""
