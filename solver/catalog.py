@@ -78,6 +78,11 @@ class Transformer(_Strict):
     deepstack_levels: int = Field(
         default=0, ge=0, description="Deepstack input buffers of max_num_batched_tokens x hidden allocated at load."
     )
+    kv_latent_dim: int = Field(
+        default=0, ge=0,
+        description="MLA: values of the one latent cached per token and layer (kv_lora_rank + qk_rope_head_dim; "
+        "DeepSeek-V2/V3: 576), the same on every TP rank. 0: K and V per head.",
+    )
     source: str = Field(min_length=1)
 
     @model_validator(mode="after")

@@ -230,9 +230,11 @@ def list_models() -> None:
 
 
 def _register() -> None:
+    from .cli_bench import bench_group
     from .cli_check import check_command
 
     main.add_command(check_command)
+    main.add_command(bench_group)
 
 
 _register()

@@ -96,12 +96,16 @@ def weights_per_rank(stage: StageSpec, tp: int, version: OmniVersion) -> int:
 
 
 def kv_bytes_per_token(stage: StageSpec, tp: int, kv_cache_dtype: KvCacheDtype = "auto") -> int:
-    """KV bytes per token on one rank (§5): heads are replicated when KV heads < TP."""
+    """KV bytes per token on one rank: K and V of the rank's KV heads per layer (heads are
+    replicated when there are fewer KV heads than ranks), or for MLA one latent per layer
+    that every rank holds whole (memory-facts §5)."""
     if not stage.has_kv_cache:
         return 0
     t = stage.transformer
-    kv_heads_per_rank = max(1, t.num_kv_heads // tp)
     elem = 1 if kv_cache_dtype == "fp8" else int(DTYPE_BYTES[stage.dtype])
+    if t.kv_latent_dim:
+        return t.num_layers * t.kv_latent_dim * elem
+    kv_heads_per_rank = max(1, t.num_kv_heads // tp)
     return t.num_layers * 2 * kv_heads_per_rank * t.head_dim * elem
 
 
@@ -131,7 +135,7 @@ def stage_memory(stage: StageSpec, tp: int, knobs: StageKnobs, version: OmniVers
         weights_bytes=weights_per_rank(stage, tp, version) + deepstack,
         activation_bytes=peak,
         persistent_bytes=persistent,
-        non_torch_bytes=F.NON_TORCH_BYTES,
+        non_torch_bytes=F.NON_TORCH_BYTES_TP if tp > 1 else F.NON_TORCH_BYTES,
         context_bytes=F.CUDA_CONTEXT_BYTES,
         nccl_bytes=F.NCCL_BYTES_PER_RANK if tp > 1 and version.snapshot_after_nccl else 0,
         runner_bytes=int(knobs.max_num_batched_tokens * hidden * elem),

@@ -147,7 +147,7 @@ def profile_terms(stage: StageSpec, tp: int, max_model_len: int, max_num_seqs: i
     dec = decoder_peak(stage, tp, tokens)
     work = moe_workspace(stage, tp, tokens, version.vllm)
     rows = min(max_num_seqs, tokens)
-    sampler = rows * t.vocab_size * F.SAMPLER_BYTES_PER_LOGIT
+    sampler = rows * t.vocab_size * F.SAMPLER_BYTES_PER_LOGIT + F.SAMPLER_FIXED_BYTES
     hidden = int(tokens * t.hidden_size * elem)
     peak = max(enc, dec + work + enc_out, work + hidden + sampler)
     return ProfileTerms(patches, enc, enc_out, dec, work, sampler, peak, work)

@@ -1,0 +1,132 @@
+"""A Hugging Face config.json -> the stage spec of a plain decoder LLM (a one-stage pipeline).
+
+Covers the decoder families vLLM serves with one attention layout per layer: Llama,
+Mistral, Qwen2/2.5, Qwen3 (q/k norms), Qwen2-MoE / Qwen3-MoE, Mixtral, DeepSeek-V2/V3
+(MLA: one latent of kv_lora_rank + qk_rope_head_dim per token and layer, the same on every
+TP rank). Parameter counts are computed from the geometry (a checkpoint's safetensors
+headers give them exactly); every figure's source is the config itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .catalog import PipelineSpec
+from .errors import InputError
+
+_DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "half": "float16", "float32": "float32", "float": "float32"}
+
+
+def _get(cfg: dict, *keys, default=None):
+    for key in keys:
+        if cfg.get(key) is not None:
+            return cfg[key]
+    return default
+
+
+def _int(cfg: dict, where: str, *keys, default=None) -> int:
+    value = _get(cfg, *keys, default=default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise InputError(f"{where}: {keys[0]} must be a whole number, not {value!r}")
+    return value
+
+
+def max_position(cfg: dict) -> int:
+    """vLLM's derived max_model_len: max_position_embeddings, times a linear/dynamic/yarn
+    rope factor (vllm/config/model.py _get_and_verify_max_len)."""
+    length = _int(cfg, "config.json", "max_position_embeddings", "n_positions", "max_seq_len", "seq_length", default=2048)
+    rope = cfg.get("rope_scaling") or {}
+    kind = rope.get("rope_type", rope.get("type"))
+    if isinstance(rope, dict) and kind in ("linear", "dynamic", "yarn") and isinstance(rope.get("factor"), (int, float)):
+        base = rope.get("original_max_position_embeddings", length) if kind == "yarn" else length
+        length = int(base * rope["factor"])
+    return length
+
+
+def _layer_params(cfg: dict, where: str) -> tuple[int, int, int, str, dict[str, Any]]:
+    """(linear params per layer summed over layers, replicated params, MLP kind, geometry)."""
+    hidden = _int(cfg, where, "hidden_size")
+    layers = _int(cfg, where, "num_hidden_layers")
+    heads = _int(cfg, where, "num_attention_heads")
+    kv_heads = _int(cfg, where, "num_key_value_heads", default=heads)
+    geometry: dict[str, Any] = {"num_layers": layers, "hidden_size": hidden, "num_heads": heads,
+                                "num_kv_heads": kv_heads}
+    if cfg.get("kv_lora_rank"):  # MLA
+        rope, nope = _int(cfg, where, "qk_rope_head_dim"), _int(cfg, where, "qk_nope_head_dim")
+        v_head, kv_lora = _int(cfg, where, "v_head_dim"), _int(cfg, where, "kv_lora_rank")
+        q_lora = cfg.get("q_lora_rank")
+        q = heads * (nope + rope)
+        attn = (hidden * q_lora + q_lora * q) if q_lora else hidden * q
+        attn += hidden * (kv_lora + rope) + kv_lora * heads * (nope + v_head) + heads * v_head * hidden
+        geometry.update(head_dim=nope + rope, kv_latent_dim=kv_lora + rope, num_kv_heads=heads)
+    else:
+        head_dim = _int(cfg, where, "head_dim", default=hidden // heads)
+        q, kv = heads * head_dim, kv_heads * head_dim
+        attn = hidden * (q + 2 * kv) + q * hidden
+        if cfg.get("attention_bias") or cfg.get("model_type") == "qwen2":
+            attn += q + 2 * kv
+        geometry["head_dim"] = head_dim
+    experts = _get(cfg, "num_experts", "num_local_experts", "n_routed_experts", default=0) or 0
+    dense_i = _int(cfg, where, "intermediate_size")
+    replicated = layers * 2 * hidden + hidden  # norms
+    if experts:
+        moe_i = _int(cfg, where, "moe_intermediate_size", default=dense_i)
+        shared = _get(cfg, "shared_expert_intermediate_size", default=0) or (
+            (_get(cfg, "n_shared_experts", default=0) or 0) * moe_i)
+        dense_layers = _get(cfg, "first_k_dense_replace", default=0) or 0
+        moe_layers = layers - dense_layers
+        mlp = moe_layers * (experts * 3 * hidden * moe_i + 3 * hidden * shared) + dense_layers * 3 * hidden * dense_i
+        replicated += moe_layers * hidden * experts  # routers
+        geometry.update(mlp="moe", intermediate_size=moe_i, num_experts_per_tok=_int(cfg, where, "num_experts_per_tok"),
+                        shared_expert_intermediate_size=shared)
+    else:
+        mlp = layers * 3 * hidden * dense_i
+        geometry.update(mlp="dense", intermediate_size=dense_i)
+    return layers * attn + mlp, replicated, geometry["mlp"], geometry
+
+
+def pipeline_from_config(cfg: dict, name: str, where: str = "config.json") -> PipelineSpec:
+    """A one-stage pipeline for the decoder LLM that `cfg` (a config.json) describes."""
+    if not isinstance(cfg, dict):
+        raise InputError(f"{where}: expected a JSON object")
+    cfg = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) and "num_hidden_layers" not in cfg else cfg
+    linear, replicated, _, geometry = _layer_params(cfg, where)
+    vocab = _int(cfg, where, "vocab_size")
+    hidden = geometry["hidden_size"]
+    embeddings = vocab * hidden * (1 if cfg.get("tie_word_embeddings") else 2)
+    dtype = _DTYPES.get(str(cfg.get("torch_dtype", cfg.get("dtype", "bfloat16"))).replace("torch.", ""), "bfloat16")
+    quant = (cfg.get("quantization_config") or {}).get("quant_method")
+    linear_dtype = {"fp8": "fp8", "awq": "int4", "gptq": "int4"}.get(str(quant), None)
+    source = f"{where} ({', '.join(cfg.get('architectures') or [cfg.get('model_type', 'decoder')])})"
+    heads = geometry["num_heads"]
+    degrees = [d for d in (1, 2, 4, 8) if heads % d == 0]
+    stage = {
+        "stage_id": 0,
+        "name": "llm",
+        "role": "autoregressive",
+        "dtype": dtype,
+        "components": [
+            {"name": "linear", "params": max(1, linear), "sharding": "tp", "dtype": linear_dtype,
+             "source": f"{source}: attention and MLP weights from the geometry"},
+            {"name": "embeddings", "params": embeddings, "sharding": "tp",
+             "source": f"{source}: vocab x hidden, x2 unless tie_word_embeddings"},
+            {"name": "norms_and_routers", "params": max(1, replicated), "sharding": "replicated",
+             "source": f"{source}: RMSNorm weights and MoE routers, replicated on every rank"},
+        ],
+        "transformer": {**geometry, "vocab_size": vocab, "max_position": max_position(cfg),
+                        "qk_norm": str(cfg.get("model_type", "")).startswith("qwen3"), "source": source},
+        "tp_degrees": degrees,
+        "tp_tested": [{"tp": d, "versions": "0.12-", "source": "vLLM serves a decoder LLM at any TP degree that divides "
+                       f"its {heads} attention heads (vllm/config/model.py verify_with_parallel_config)"} for d in degrees],
+        "defaults": {s: {"max_num_seqs": 256, "max_num_batched_tokens": 8192, "enforce_eager": False}
+                     for s in ("deploy", "stage-args")},
+    }
+    return PipelineSpec.model_validate({
+        "name": name.lower().replace("/", "-").replace("_", "-"),
+        "hf_id": name,
+        "description": f"{name}: a one-stage decoder LLM read from its config.json",
+        "model_arch": (cfg.get("architectures") or ["?"])[0],
+        "legacy_versions": "0.12-0.26",
+        "legacy_versions_source": "a one-stage pipeline has no stage wiring to name",
+        "stages": [stage],
+    })
