@@ -63,8 +63,19 @@ def main() -> None:
     print("wrote examples/comparison.md", file=sys.stderr)
     (HERE / "help.txt").write_text(help_text())
     print("wrote examples/help.txt", file=sys.stderr)
+    (HERE / "accuracy.txt").write_text(accuracy_table())
+    print("wrote examples/accuracy.txt", file=sys.stderr)
     sync_readme()
     print("updated the generated blocks of README.md", file=sys.stderr)
+
+
+def accuracy_table() -> str:
+    """`omni-autoconf bench accuracy tests/data/accuracy.jsonl`, as the README shows it."""
+    from omni_autoconf.cli import main as cli
+
+    data = HERE.parent / "tests" / "data" / "accuracy.jsonl"
+    result = CliRunner().invoke(cli, ["bench", "accuracy", str(data)], terminal_width=200)
+    return result.stdout
 
 
 def sync_readme() -> None:
@@ -82,6 +93,8 @@ def sync_readme() -> None:
     text = re.sub(r"\| stage \| config \|.*?requests of 65536 tokens\.\n", lambda m: comparison, text, count=1, flags=re.S)
     text = re.sub(r"```text\nUsage: omni-autoconf \[OPTIONS\].*?```", lambda m: "```text\n" + help_text() + "```", text,
                   count=1, flags=re.S)
+    text = re.sub(r"(<!-- bench:start -->\n```text\n).*?(```\n<!-- bench:end -->)",
+                  lambda m: m.group(1) + (HERE / "accuracy.txt").read_text() + m.group(2), text, count=1, flags=re.S)
     m = re.search(r"```text\n\$ (omni-autoconf [^\n]+)\n(.*?)```", text, re.S)
     sample = CliRunner().invoke(cli, shlex.split(m.group(1))[1:]).stderr
     text = text[:m.start(2)] + sample + text[m.end(2):]

@@ -151,7 +151,12 @@ def _predict(index: int, source: str, model: str, entry: dict) -> EntryResult:
     mml = int(_number(entry.get("max_model_len")) or spec.transformer.max_position)
     total = _gpu_total(entry)
     kv_dtype = "fp8" if str(entry.get("kv_cache_dtype") or "auto").startswith("fp8") else "auto"
-    seqs, tokens = _batch(entry, engine, version, total, mml, spec)
+    if omni is not None:  # a catalog stage: the bundled defaults of that version's files, unless the log says
+        d = spec.defaults[omni.schema]
+        seqs = int(_number(entry.get("max_num_seqs")) or d.max_num_seqs)
+        tokens = int(_number(entry.get("max_num_batched_tokens")) or d.max_num_batched_tokens)
+    else:
+        seqs, tokens = _batch(entry, engine, version, total, mml, spec)
     knobs = StageKnobs(mml, seqs, tokens, bool(entry.get("enforce_eager")), kv_dtype,
                        async_chunk=omni is not None)
     memory = stage_memory(spec, tp, knobs, version)

@@ -34,7 +34,9 @@ DTYPE_BYTES: dict[str, float] = {
 # The keys the plan decides for every stage: a catalog field must not set one (the
 # renderers would never let it win, and a catalog that tries is a mistake).
 PLANNED_KEYS = ("devices", "tensor_parallel_size", "gpu_memory_utilization", "max_model_len", "max_num_seqs",
-                "max_num_batched_tokens", "enforce_eager", "kv_cache_dtype", "max_batch_size")
+                "max_num_batched_tokens", "enforce_eager", "kv_cache_dtype", "max_batch_size", "kv_cache_memory_bytes")
+
+_VERSIONS_PATTERN_INLINE = r"^\d+\.\d+(-(\d+\.\d+)?)?$"
 
 # Flags of OmniVersion a component or profile may depend on (see vllm_facts.OmniVersion).
 VersionFlag = Literal["talker_builds_encoders"]
@@ -54,6 +56,13 @@ class Component(_Strict):
         "replicated: every rank holds all of it (norms, routers, encoders)."
     )
     dtype: str | None = Field(default=None, description="Overrides the stage dtype for this block.")
+    split_versions: str | None = Field(
+        default=None, pattern=_VERSIONS_PATTERN_INLINE,
+        description="A replicated block that these vLLM-Omni versions split over the TP ranks instead.",
+    )
+    split_divides: int | None = Field(
+        default=None, gt=0, description="...and only when TP divides this (its attention heads); else replicated."
+    )
     only_if: VersionFlag | None = Field(
         default=None, description="Loaded only in vLLM-Omni versions where this flag holds."
     )

@@ -15,7 +15,7 @@ import click
 
 from . import __version__, defaults as D
 from .cli_common import (
-    OneLineErrors, attach_fixes, bounded, check_output_path, exclusive_groups, expand_global, gpus_option, once, parse_float,
+    OneLineErrors, attach_fixes, bounded, calibration_option, check_output_path, exclusive_groups, expand_global, gpus_option, once, parse_float,
     parse_int, per_stage, report_no_plan, run_command, time_limit_option, write_output,
 )
 from .errors import InputError, NoPlanError
@@ -92,6 +92,8 @@ def workers_option(text: str | None) -> int | None:
 @click.option("--exclusive", multiple=True, metavar="A,B", help="Stages never resident at the same time (separate launches, sleep mode).")
 @click.option("--kv-cache-dtype", multiple=True, type=click.Choice(["auto", "fp8"]), help="Default: auto.")
 @click.option("--allow-untested-tp", is_flag=True, help="Also plan TP degrees no upstream config or test runs (the header says so).")
+@click.option("--pin-kv", is_flag=True, help="Write each KV stage's planned kv_cache_memory_bytes (vLLM then sizes no KV itself).")
+@click.option("--calibration", multiple=True, metavar="FILE", help="Apply the corrections `omni-autoconf calibrate` measured.")
 @click.option("--buffer", "buffer_gib", multiple=True, metavar="GIB",
               help=f"GiB kept free per GPU beyond vLLM-Omni's 2 GiB admission reserve. Default: {D.DEFAULT_BUFFER_GIB}.")
 @click.option("--resolution", multiple=True, metavar="STEP", help=f"Step of gpu_memory_utilization. Default: {1 / D.DEFAULT_RESOLUTION}.")
@@ -168,6 +170,8 @@ def build_request(o: dict):
         exclusive=exclusive_groups(o["exclusive"], pipeline),
         kv_cache_dtype=once(o["kv_cache_dtype"], "--kv-cache-dtype", "auto"),
         allow_untested_tp=o["allow_untested_tp"],
+        pin_kv=o["pin_kv"],
+        calibration=calibration_option(once(o["calibration"], "--calibration"), pipeline),
         time_limit_s=time_limit_option(once(o["time_limit"], "--time-limit", str(D.DEFAULT_TIME_LIMIT_S))),
         workers=workers_option(once(o["workers"], "--workers")),
     )
@@ -231,10 +235,12 @@ def list_models() -> None:
 
 def _register() -> None:
     from .cli_bench import bench_group
+    from .cli_calibrate import calibrate_command
     from .cli_check import check_command
 
     main.add_command(check_command)
     main.add_command(bench_group)
+    main.add_command(calibrate_command)
 
 
 _register()

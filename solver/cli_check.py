@@ -12,7 +12,7 @@ import click
 
 from . import defaults as D
 from .cli_common import (
-    attach_fixes, bounded, check_output_path, exclusive_groups, gpus_option, once, parse_float, report_no_plan, run_command,
+    attach_fixes, bounded, calibration_option, check_output_path, exclusive_groups, gpus_option, once, parse_float, report_no_plan, run_command,
     time_limit_option, write_output,
 )
 from .errors import InputError, NoPlanError
@@ -30,6 +30,7 @@ from .vllm_facts import NEWEST_OMNI_VERSION, GiB
 @click.option("--exclusive", multiple=True, metavar="A,B", help="Stages never resident at the same time (as for planning).")
 @click.option("--buffer", "buffer_gib", multiple=True, metavar="GIB",
               help=f"GiB each GPU should keep free beyond vLLM-Omni's 2 GiB reserve (a warning below it). Default: {D.DEFAULT_BUFFER_GIB}.")
+@click.option("--calibration", multiple=True, metavar="FILE", help="Apply the corrections `omni-autoconf calibrate` measured.")
 @click.option("--format", "fmt", multiple=True, type=click.Choice(["table", "json"]), help="Default: table.")
 @click.option("--fix", is_flag=True, help="Write the optimal plan that keeps what the file pins (see --keep).")
 @click.option("--keep", multiple=True, metavar="devices,tp|none", help="With --fix: what of the file stays pinned. Default: devices,tp.")
@@ -67,16 +68,18 @@ def _check(**o) -> int:
     check_output_path(once(o["output"], "-o/--output"))
     config = read_config(o["config"], once(o["platform"], "--platform", "cuda"),
                          engine_extras=version.deploy_reads_engine_extras)
+    calibration = calibration_option(once(o["calibration"], "--calibration"), pipeline)
     report = check_config(pipeline, list(gpus), version, config, upstream=True if o["upstream"] else None,
-                          parallel_init=o["parallel_init"], buffer_bytes=int(buffer_gib * GiB), exclusive=exclusive)
+                          parallel_init=o["parallel_init"], buffer_bytes=int(buffer_gib * GiB), exclusive=exclusive,
+                          calibration=calibration)
     if o["fix"]:
         time_limit = time_limit_option(once(o["time_limit"], "--time-limit", str(D.DEFAULT_TIME_LIMIT_S)))
-        return _fix(report, pipeline, gpus, version, config, buffer_gib, exclusive, time_limit, o)
+        return _fix(report, pipeline, gpus, version, config, buffer_gib, exclusive, time_limit, o, calibration)
     write_output(None, render_check_json(report) if fmt == "json" else render_check_table(report))
     return 0 if report.ok else 1
 
 
-def _fix(report, pipeline, gpus, version, config, buffer_gib, exclusive, time_limit, o: dict) -> int:
+def _fix(report, pipeline, gpus, version, config, buffer_gib, exclusive, time_limit, o: dict, calibration) -> int:
     from .check_report import render_gain_table
     from .planner import Request, plan
     from .render import RENDERERS, ensure_renderable
@@ -103,6 +106,8 @@ def _fix(report, pipeline, gpus, version, config, buffer_gib, exclusive, time_li
         kv_cache_dtype="fp8" if any(rs.knobs.kv_cache_dtype == "fp8" for rs in settings) else "auto",
         exclusive=exclusive,
         allow_untested_tp=any(rs.tensor_parallel_size not in rs.spec.tested_tp_degrees(version.name) for rs in kept),
+        pin_kv=any(rs.kv_pinned_bytes for rs in settings),
+        calibration=calibration,
         time_limit_s=time_limit,
     )
     ensure_renderable(request)

@@ -295,3 +295,14 @@ def exclusive_groups(values: tuple[str, ...], pipeline) -> tuple[tuple[str, ...]
 
 def time_limit_option(text: str) -> float:
     return bounded(parse_float(text, "--time-limit"), D.MIN_TIME_LIMIT_S, D.MAX_TIME_LIMIT_S, "--time-limit")
+
+
+def calibration_option(path: str | None, pipeline):
+    if path is None:
+        return None
+    from .calibration import load
+
+    cal = load(path)
+    if cal.model != pipeline.name:
+        raise InputError(f"--calibration {path}: measured for {cal.model}, not {pipeline.name}")
+    return cal

@@ -35,6 +35,7 @@ class ResolvedSetting:
     chunked_prefill: bool
     explicit_devices: bool
     explicit_tp: bool
+    kv_pinned_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -84,23 +85,27 @@ def resolve_settings(pipeline: PipelineSpec, config: ConfigFile, version: OmniVe
         util = st.gpu_memory_utilization
         if util is None:
             util = F.default_gpu_memory_utilization(version.vllm)
-        chunked = st.enable_chunked_prefill
-        if chunked is None:
-            chunked = pipeline.chunked_prefill(spec, config.schema)
+        # A file that leaves it out gets vLLM's default: on for decoder models
+        # (vllm/engine/arg_utils.py _set_default_chunked_prefill_and_prefix_caching_args).
+        chunked = True if st.enable_chunked_prefill is None else st.enable_chunked_prefill
         mml = st.max_model_len or spec.transformer.max_position
         first = gpus[devices[0]] if devices and 0 <= devices[0] < len(gpus) else gpus[0]
         seqs, tokens = F.default_batch(version.vllm, first.name, first.total_bytes, mml, chunked,
                                        st.max_num_seqs, st.max_num_batched_tokens)
         kv_text = st.kv_cache_dtype or "auto"
+        # DeployConfig async_chunk defaults to True; the legacy loader's to False
+        streaming = config.async_chunk if config.async_chunk is not None else config.schema == "deploy"
         knobs = StageKnobs(
             max_model_len=mml,
             max_num_seqs=seqs,
             max_num_batched_tokens=tokens,
             enforce_eager=bool(st.enforce_eager),
             kv_cache_dtype="fp8" if kv_text.startswith("fp8") else "auto",
+            async_chunk=streaming,
         )
         out.append(ResolvedSetting(spec, devices, tp, util, knobs, kv_text, chunked,
-                                   st.devices is not None, st.tensor_parallel_size is not None))
+                                   st.devices is not None, st.tensor_parallel_size is not None,
+                                   st.kv_cache_memory_bytes if spec.has_kv_cache else None))
     return out
 
 
@@ -145,7 +150,7 @@ def _engine_problems(rs: ResolvedSetting, version: OmniVersion) -> list[CheckPro
 
 def check_config(pipeline: PipelineSpec, gpus: list[Gpu], version: OmniVersion, config: ConfigFile, *,
                  upstream: bool | None = None, parallel_init: bool = False, buffer_bytes: int = 0,
-                 exclusive: tuple[tuple[str, ...], ...] = ()) -> CheckReport:
+                 exclusive: tuple[tuple[str, ...], ...] = (), calibration=None) -> CheckReport:
     """Predict the start-up of `config` on `gpus` and report every problem.
 
     `upstream`: True for upstream vLLM's refusal, False for vLLM-Omni's capping; None
@@ -163,9 +168,11 @@ def check_config(pipeline: PipelineSpec, gpus: list[Gpu], version: OmniVersion, 
         layout = _layout_problems(rs, len(gpus))
         problems += layout + _engine_problems(rs, version)
         memory = None if layout else stage_memory(rs.spec, rs.tensor_parallel_size, rs.knobs, version)
+        if memory is not None and calibration is not None and calibration.model == pipeline.name:
+            memory = calibration.apply(rs.spec.name, memory)
         steps = round(rs.gpu_memory_utilization * UTIL_RESOLUTION)
         runs.append(StageRun(rs.spec.stage_id, rs.spec.name, rs.spec.has_kv_cache, rs.devices, rs.tensor_parallel_size,
-                             steps, UTIL_RESOLUTION, rs.knobs, memory))
+                             steps, UTIL_RESOLUTION, rs.knobs, memory, rs.kv_pinned_bytes))
     index = {st.name: i for i, st in enumerate(pipeline.stages)}
     groups = tuple(tuple(index[n] for n in group) for group in exclusive)
     startup = simulate(runs, gpus, upstream=upstream, parallel_init=parallel_init,

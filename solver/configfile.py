@@ -40,6 +40,7 @@ class StageSetting:
     kv_cache_dtype: str | None
     enable_chunked_prefill: bool | None = None
     enable_prefix_caching: bool | None = None
+    kv_cache_memory_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class ConfigFile:
     path: str
     schema: str  # "deploy" or "stage-args"
     stages: tuple[StageSetting, ...]
+    async_chunk: bool | None = None  # the file's top-level async_chunk (None: the loader's default)
 
 
 def _merge(base: Any, overlay: Any) -> Any:
@@ -205,6 +207,7 @@ def _setting(flat: dict, devices: Any, where: str) -> StageSetting:
         kv_cache_dtype=_string(flat.get("kv_cache_dtype"), where, "kv_cache_dtype"),
         enable_chunked_prefill=_boolean(flat.get("enable_chunked_prefill"), where, "enable_chunked_prefill"),
         enable_prefix_caching=_boolean(flat.get("enable_prefix_caching"), where, "enable_prefix_caching"),
+        kv_cache_memory_bytes=_integer(flat.get("kv_cache_memory_bytes"), where, "kv_cache_memory_bytes", low=0) or None,
     )
 
 
@@ -219,7 +222,7 @@ def _legacy(raw: dict, path: str) -> ConfigFile:
         if "max_num_seqs" not in flat and "max_batch_size" in runtime:
             flat["max_num_seqs"] = runtime["max_batch_size"]
         stages.append(_setting(flat, runtime.get("devices"), where))
-    return ConfigFile(path, "stage-args", tuple(stages))
+    return ConfigFile(path, "stage-args", tuple(stages), _boolean(raw.get("async_chunk"), path, "async_chunk"))
 
 
 def read_config(path: str, platform: str = "cuda", engine_extras: bool = True) -> ConfigFile:
@@ -244,4 +247,4 @@ def read_config(path: str, platform: str = "cuda", engine_extras: bool = True) -
         extras = _mapping(entry.get("engine_extras"), where, "engine_extras") if engine_extras else {}
         flat = {**entry, **_mapping(entry.get("engine_args"), where, "engine_args"), **extras}
         stages.append(_setting(flat, runtime.get("devices", entry.get("devices")), where))
-    return ConfigFile(path, "deploy", tuple(stages))
+    return ConfigFile(path, "deploy", tuple(stages), _boolean(doc.get("async_chunk"), path, "async_chunk"))

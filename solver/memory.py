@@ -25,7 +25,7 @@ from . import vllm_facts as F
 from .catalog import DTYPE_BYTES, PipelineSpec, StageSpec
 from .errors import InputError
 from .profile import profile_terms
-from .vllm_facts import OmniVersion
+from .vllm_facts import OmniVersion, in_range
 
 KvCacheDtype = Literal["auto", "fp8"]
 
@@ -91,7 +91,11 @@ def weights_per_rank(stage: StageSpec, tp: int, version: OmniVersion) -> int:
         if not _applies(c.only_if, version):
             continue
         nbytes = c.params * DTYPE_BYTES[c.dtype or stage.dtype]
-        total += nbytes / tp if c.sharding == "tp" else nbytes
+        split = c.sharding == "tp" or (
+            c.split_versions is not None and in_range(version.name, c.split_versions)
+            and (c.split_divides is None or c.split_divides % tp == 0)
+        )
+        total += nbytes / tp if split else nbytes
     return int(total)
 
 

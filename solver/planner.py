@@ -45,6 +45,8 @@ class Request:
     # stages where vLLM and the model accept it; a per-stage value above wins.
     global_values: dict[str, int] = field(default_factory=dict)
     allow_untested_tp: bool = False
+    pin_kv: bool = False  # write kv_cache_memory_bytes: vLLM then skips its own KV sizing
+    calibration: object | None = None  # calibration.Calibration measured from a start-up log
     time_limit_s: float = D.DEFAULT_TIME_LIMIT_S
     workers: int | None = None  # CP-SAT workers; None: defaults.default_workers()
 
@@ -203,7 +205,7 @@ def build_problem(request: Request) -> tuple[Problem, dict[str, StageKnobs]]:
         if pinned_tp is not None:
             _check_tp(st, pinned_tp, len(gpus), allowed, request.version)
         options = tuple(
-            TpOption(tp=d, memory=stage_memory(st, d, knobs[st.name], request.version))
+            TpOption(tp=d, memory=calibrated(request, st.name, stage_memory(st, d, knobs[st.name], request.version)))
             for d in allowed
             if d <= len(gpus)
         )
@@ -236,6 +238,14 @@ def build_problem(request: Request) -> tuple[Problem, dict[str, StageKnobs]]:
         exclusive_groups=request.exclusive_indices(),
     )
     return problem, knobs
+
+
+def calibrated(request: Request, stage: str, memory: StageMemory) -> StageMemory:
+    """The memory terms with the request's calibration applied (when it is for this model)."""
+    cal = request.calibration
+    if cal is None or cal.model != request.pipeline.name:
+        return memory
+    return cal.apply(stage, memory)
 
 
 def _check_tp(st: StageSpec, tp: int, num_gpus: int, allowed: list[int], version: OmniVersion) -> None:
@@ -273,6 +283,10 @@ def stage_runs(request: Request, problem: Problem, knobs: dict[str, StageKnobs],
         option = sp.options[a.option_index]
         runs.append(StageRun(st.stage_id, st.name, st.has_kv_cache, a.gpus, option.tp, a.util_steps,
                              problem.resolution, knobs[st.name], option.memory))
+    if request.pin_kv:  # the pinned figure is the KV the fraction gives: the same start-up
+        report = simulate(runs, list(request.gpus), upstream=False, parallel_init=True, margin=request.margin_bytes,
+                          exclusive_groups=request.exclusive_indices())
+        runs = [replace(r, kv_pinned_bytes=o.kv_cache_bytes) if r.has_kv else r for r, o in zip(runs, report.stages)]
     return runs
 
 

@@ -82,6 +82,10 @@ def command_line(request: Request) -> str:
         parts.append(f"--kv-cache-dtype {r.kv_cache_dtype}")
     if r.allow_untested_tp:
         parts.append("--allow-untested-tp")
+    if r.pin_kv:
+        parts.append("--pin-kv")
+    if r.calibration is not None:
+        parts.append(f"--calibration {r.calibration.path}")
     if r.buffer_gib != DEFAULT_BUFFER_GIB:
         parts.append(f"--buffer {_number(r.buffer_gib)}")
     if r.resolution != DEFAULT_RESOLUTION:
@@ -123,6 +127,11 @@ def header(plan: Plan) -> str:
         f"Plan: {status_line(plan)}; smallest KV headroom {plan.min_kv_requests:.2f} max-length requests.",
     ]
     lines += [f"Note: {note}" for note in plan.option_notes]
+    if plan.request.calibration is not None and plan.request.calibration.model == plan.request.pipeline.name:
+        lines.append(f"CALIBRATED: {plan.request.calibration.describe()}.")
+    if plan.request.pin_kv:
+        lines.append("KV pinned: each KV stage's kv_cache_memory_bytes is the planned KV; vLLM allocates it without "
+                     "sizing, and gpu_memory_utilization stays the start-up gate.")
     for group in plan.request.exclusive:
         lines.append(
             f"Assumes {', '.join(group)} are never resident at the same time (separate launches or "
@@ -155,7 +164,7 @@ def header(plan: Plan) -> str:
     return "".join(f"# {line}\n" for line in lines)
 
 
-def _planned_fields(sp: StagePlan) -> dict[str, Any]:
+def _planned_fields(sp: StagePlan, pin_kv: bool = False) -> dict[str, Any]:
     fields: dict[str, Any] = {
         "tensor_parallel_size": sp.tensor_parallel_size,
         "gpu_memory_utilization": sp.gpu_memory_utilization,
@@ -167,6 +176,8 @@ def _planned_fields(sp: StagePlan) -> dict[str, Any]:
     fields["enforce_eager"] = sp.knobs.enforce_eager
     if sp.knobs.kv_cache_dtype != "auto" and sp.stage.has_kv_cache:
         fields["kv_cache_dtype"] = sp.knobs.kv_cache_dtype
+    if pin_kv and sp.stage.has_kv_cache:
+        fields["kv_cache_memory_bytes"] = sp.kv_cache_bytes
     return fields
 
 
@@ -223,8 +234,8 @@ def render_deploy(plan: Plan) -> str:
     for sp in plan.stages:
         catalog = copy.deepcopy(sp.stage.deploy_fields)
         extras = catalog.pop("engine_extras", {})
-        entry = with_planned({"stage_id": sp.stage.stage_id, "devices": _devices(sp)}, _planned_fields(sp),
-                             {**catalog, **extras})
+        entry = with_planned({"stage_id": sp.stage.stage_id, "devices": _devices(sp)},
+                             _planned_fields(sp, plan.request.pin_kv), {**catalog, **extras})
         stages.append(entry)
     doc["stages"] = stages
     return header(plan) + _dump(doc)
@@ -244,7 +255,7 @@ def render_stage_args(plan: Plan) -> str:
                                st.legacy_runtime)
         entry["runtime"] = runtime
         catalog = _legacy_engine_args(st, version)
-        entry["engine_args"] = with_planned({}, _planned_fields(sp), catalog)
+        entry["engine_args"] = with_planned({}, _planned_fields(sp, plan.request.pin_kv), catalog)
         entry.update(fields)
         stage_args.append(entry)
     doc: dict[str, Any] = {"stage_args": stage_args}

@@ -44,6 +44,7 @@ PROBLEM_CODES = {
     "kv-below-max-model-len": "error",
     "gpu-oversubscribed": "error",
     "fraction-below-usage": "warning",
+    "pinned-kv-beyond-fraction": "warning",
     "beyond-max-position": "warning",
     "below-margin": "warning",
 }
@@ -83,6 +84,7 @@ class StageRun:
     resolution: int
     knobs: StageKnobs
     memory: StageMemory | None  # None when the stage cannot be modelled (bad layout)
+    kv_pinned_bytes: int | None = None  # kv_cache_memory_bytes: vLLM allocates this, sizing nothing
 
     @property
     def gpu_memory_utilization(self) -> float:
@@ -221,6 +223,8 @@ def simulate(
         kv = 0
         if run.memory is not None and budgets[i]:
             kv = min(b - run.memory.inside_bytes for b in budgets[i].values())
+            if run.has_kv and run.kv_pinned_bytes:
+                kv = run.kv_pinned_bytes
         has_cache = run.has_kv and run.memory is not None
         tokens = kv_tokens(kv, run.memory.kv_bytes_per_token) if has_cache else 0
         requested = min((requested_bytes(gpus[d].total_bytes, run.util_steps, run.resolution)
@@ -299,6 +303,15 @@ def _start_stage(run: StageRun, gpus: list[Gpu], used: dict[int, int], upstream:
             ))
             started = False
     kv = min(b - memory.inside_bytes for b in budgets.values())
+    if run.has_kv and run.kv_pinned_bytes:
+        if started and kv < run.kv_pinned_bytes:
+            d = min(budgets, key=lambda d: (budgets[d], d))
+            problems.append(CheckProblem(
+                "pinned-kv-beyond-fraction", name, d,
+                f"{name}: kv_cache_memory_bytes ({_g(run.kv_pinned_bytes)} GiB) is more than the fraction leaves for "
+                f"KV ({_g(kv)} GiB on cuda:{d}); vLLM allocates it anyway, beyond gpu_memory_utilization",
+                {"pinned_gib": round(run.kv_pinned_bytes / GiB, 2), "fraction_kv_gib": round(kv / GiB, 2)}))
+        kv = run.kv_pinned_bytes
     if started and run.has_kv:
         started = _kv_checks(run, kv, min(budgets, key=lambda d: (budgets[d], d)), problems)
     elif started and kv < 0:
@@ -312,6 +325,8 @@ def _start_stage(run: StageRun, gpus: list[Gpu], used: dict[int, int], upstream:
     for d in run.devices:
         if started:  # the stage holds its budget (at least what it uses) and what lies outside it
             held = budgets[d] if run.has_kv else max(budgets[d], memory.inside_bytes)
+            if run.has_kv and run.kv_pinned_bytes:
+                held = max(budgets[d], memory.inside_bytes + run.kv_pinned_bytes)
             used[d] += held + memory.graph_reserve_bytes
         else:  # the process exits and frees its context
             used[d] -= before_snapshot

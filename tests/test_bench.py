@@ -78,3 +78,11 @@ def test_a_malformed_entries_file_is_exit_2(tmp_path):
     path.write_text('{"model": "x"}\nnot json\n')
     result = CliRunner().invoke(main, ["bench", "accuracy", str(path)])
     assert result.exit_code == 2 and "line 2" in result.stderr
+
+
+def test_the_default_buffer_covers_the_worst_over_prediction():
+    """README: the default --buffer is at least the largest KV over-prediction on the set."""
+    from omni_autoconf.defaults import DEFAULT_BUFFER_GIB
+
+    _, summary = shipped()
+    assert summary["most_optimistic_kv_gib"] <= DEFAULT_BUFFER_GIB

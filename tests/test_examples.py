@@ -55,3 +55,9 @@ def test_readme_no_plan_sample_is_current():
     assert m, "README has no `$ omni-autoconf ...` sample"
     result = CliRunner().invoke(main, shlex.split(m.group(1))[1:])
     assert result.stderr == m.group(2)
+
+
+def test_readme_shows_the_current_accuracy_table():
+    table = regenerate.accuracy_table()
+    assert (ROOT / "examples" / "accuracy.txt").read_text() == table
+    assert table in (ROOT / "README.md").read_text(), "README accuracy table is stale: run `make examples`"

@@ -1,0 +1,130 @@
+"""Calibration: corrections to the memory model measured from a real start-up log.
+
+`calibrate` reads a log (logparse.py) together with the config it started (so each stage's
+settings are known), and compares what each stage printed with what the model predicts
+for those settings: the weights as a ratio, the profile peak as a difference, non-torch
+memory and CUDA-graph memory as measured. A calibration file applies them with
+`--calibration FILE`; the plan's header says so. Corrections go both ways: a log that
+shows more activation than predicted lowers the KV a plan counts on, one that shows less
+raises it, as the measurement demands.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import yaml
+
+from .errors import InputError
+from .memory import StageMemory
+from .vllm_facts import GiB
+from .yamlio import parse_mapping, read_text
+
+
+@dataclass(frozen=True)
+class StageCorrection:
+    tensor_parallel_size: int
+    weights_scale: float | None = None  # measured / predicted weights at that TP
+    activation_delta_bytes: int | None = None  # measured - predicted profile peak
+    non_torch_bytes: int | None = None  # as measured
+    graph_bytes: int | None = None  # CUDA-graph memory as measured
+    evidence: str = ""
+
+
+@dataclass(frozen=True)
+class Calibration:
+    path: str
+    model: str
+    gpu: str
+    omni_version: str
+    stages: dict[str, StageCorrection]
+
+    def apply(self, stage: str, memory: StageMemory) -> StageMemory:
+        """`memory` with this calibration's corrections for `stage` (unchanged if none)."""
+        c = self.stages.get(stage)
+        if c is None:
+            return memory
+        out = memory
+        if c.weights_scale is not None:
+            out = replace(out, weights_bytes=int(out.weights_bytes * c.weights_scale))
+        if c.activation_delta_bytes is not None:
+            out = replace(out, activation_bytes=max(out.persistent_bytes, out.activation_bytes + c.activation_delta_bytes))
+        if c.non_torch_bytes is not None:
+            out = replace(out, non_torch_bytes=c.non_torch_bytes)
+        if c.graph_bytes is not None and out.graph_reserve_bytes:
+            # vLLM-Omni's admission still reserves its 2 GiB: never plan for less.
+            out = replace(out, graph_reserve_bytes=max(out.graph_reserve_bytes, c.graph_bytes))
+        return out
+
+    def describe(self) -> str:
+        return (f"calibrated with {Path(self.path).name} ({self.model}, measured on {self.gpu}, vLLM-Omni "
+                f"{self.omni_version}; stages {', '.join(sorted(self.stages))})")
+
+
+def to_yaml(cal: Calibration, header: str) -> str:
+    doc = {"model": cal.model, "gpu": cal.gpu, "omni_version": cal.omni_version, "stages": {
+        name: {k: v for k, v in vars(c).items() if v is not None} for name, c in sorted(cal.stages.items())}}
+    return "".join(f"# {line}\n" for line in header.splitlines()) + yaml.safe_dump(doc, sort_keys=False, width=100)
+
+
+def load(path: str) -> Calibration:
+    raw = parse_mapping(read_text(Path(path)), path)
+    try:
+        stages = {}
+        for name, c in (raw.get("stages") or {}).items():
+            if not isinstance(c, dict):
+                raise TypeError(f"stage {name} is not a mapping")
+            stages[str(name)] = StageCorrection(
+                tensor_parallel_size=int(c["tensor_parallel_size"]),
+                weights_scale=None if c.get("weights_scale") is None else float(c["weights_scale"]),
+                activation_delta_bytes=None if c.get("activation_delta_bytes") is None else int(c["activation_delta_bytes"]),
+                non_torch_bytes=None if c.get("non_torch_bytes") is None else int(c["non_torch_bytes"]),
+                graph_bytes=None if c.get("graph_bytes") is None else int(c["graph_bytes"]),
+                evidence=str(c.get("evidence", "")),
+            )
+        return Calibration(path, str(raw["model"]), str(raw["gpu"]), str(raw["omni_version"]), stages)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InputError(f"{path}: not a calibration file written by `omni-autoconf calibrate` ({exc})") from None
+
+
+def fit(parsed, settings, memories: dict[str, StageMemory], model: str, gpu: str, version: str, path: str) -> Calibration:
+    """Corrections for every stage the log has figures for. `settings` are the check's
+    resolved settings of the config that started (configcheck.ResolvedSetting), and
+    `memories` the model's prediction per stage name at those settings."""
+    stages = {}
+    for rs in settings:
+        fig = parsed.stages.get(rs.spec.stage_id)
+        if fig is None:
+            continue
+        m = memories[rs.spec.name]
+        evidence = [f"log lines {fig.lines[0]}-{fig.lines[-1]}"]
+        weights = fig.weights_gib if fig.weights_gib is not None else fig.model_loading_gib
+        scale = None
+        if weights is not None and m.weights_bytes:
+            scale = round(weights * GiB / m.weights_bytes, 4)
+            evidence.append(f"weights {weights} GiB (predicted {m.weights_bytes / GiB:.2f})")
+        non_torch = None if fig.non_torch_gib is None else int(fig.non_torch_gib * GiB)
+        if non_torch is None and fig.consumed_gib is not None and fig.model_loading_gib is not None:
+            non_torch = max(0, int((fig.consumed_gib - fig.model_loading_gib) * GiB))  # 0.28+: weights + non-torch
+        activation = fig.activation_gib
+        if activation is None and fig.available_kv_gib is not None and weights is not None:
+            # requested - available = weights + peak + non-torch (vLLM-Omni 0.30's formula)
+            requested = fig.requested_gib if fig.requested_gib is not None else None
+            if requested is not None:
+                nt = (non_torch if non_torch is not None else m.non_torch_bytes) / GiB
+                activation = requested - fig.available_kv_gib - weights - nt
+                evidence.append(f"peak derived as requested {requested} - available {fig.available_kv_gib} - weights"
+                                " - non-torch")
+        delta = None
+        if activation is not None:
+            delta = int(activation * GiB) - m.activation_bytes
+            evidence.append(f"peak activation {activation:.2f} GiB (predicted {m.activation_bytes / GiB:.2f})")
+        graph = None if fig.graph_gib is None else int(fig.graph_gib * GiB)
+        if not any(v is not None for v in (scale, delta, non_torch, graph)):
+            continue
+        stages[rs.spec.name] = StageCorrection(rs.tensor_parallel_size, scale, delta, non_torch, graph, "; ".join(evidence))
+    if not stages:
+        raise InputError("the log has no figure of any stage of the config (Model loading took, Available KV cache "
+                         "memory, the memory summary, Graph capturing finished)")
+    return Calibration(path, model, gpu, version, stages)

@@ -1,0 +1,108 @@
+"""calibrate, --calibration and --pin-kv."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+from click.testing import CliRunner
+
+from omni_autoconf.cli import main
+from omni_autoconf.configfile import read_config
+from omni_autoconf.logparse import parse_log
+
+DATA = Path(__file__).parent / "data"
+LOG = DATA / "qwen3-omni-startup.log"
+BUNDLED = DATA / "qwen3_omni_moe.deploy-0.30.yaml"
+QWEN3 = ["--gpus", "2xH100-80GB", "--model", "qwen3-omni-moe"]
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def calibrate(tmp_path) -> Path:
+    out = tmp_path / "cal.yaml"
+    result = run("calibrate", LOG, "--config", BUNDLED, *QWEN3, "-o", out)
+    assert result.exit_code == 0, result.stderr
+    assert "not parsed" in result.stderr
+    return out
+
+
+def test_the_log_parser_reads_every_stage_and_counts_the_rest():
+    parsed = parse_log(LOG.read_text())
+    assert sorted(parsed.stages) == [0, 1, 2]
+    thinker = parsed.stages[0]
+    assert (thinker.model_loading_gib, thinker.available_kv_gib, thinker.kv_cache_tokens) == (59.46, 7.02, 76656)
+    assert (thinker.activation_gib, thinker.graph_gib, thinker.utilization) == (4.49, 0.61, 0.9)
+    assert parsed.lines_unparsed > 0 and parsed.lines_used == 10
+
+
+def test_untagged_worker_lines_follow_the_order_of_start_up():
+    text = "\n".join([
+        "(Worker pid=1) INFO [gpu_model_runner.py:1] Model loading took 59.46 GiB memory and 1.0 seconds",
+        "(Worker pid=1) INFO [gpu_worker.py:1] Available KV cache memory: 7.00 GiB",
+        "(Worker pid=2) INFO [gpu_model_runner.py:1] Model loading took 6.20 GiB memory and 1.0 seconds",
+        "(Worker pid=2) INFO [gpu_worker.py:1] Available KV cache memory: 38.00 GiB",
+        "garbage line",
+    ])
+    parsed = parse_log(text)
+    assert parsed.stages[0].available_kv_gib == 7.0 and parsed.stages[1].model_loading_gib == 6.2
+    assert parsed.lines_unparsed == 1
+
+
+def test_a_calibrated_plan_moves_the_way_the_log_demands(tmp_path):
+    cal = calibrate(tmp_path)
+    doc = yaml.safe_load(cal.read_text())
+    assert doc["stages"]["thinker"]["activation_delta_bytes"] > 0  # the log's peak is above the model's
+    plain = json.loads(run(*QWEN3, "--format", "json", "-q").stdout)
+    calibrated = json.loads(run(*QWEN3, "--calibration", cal, "--format", "json", "-q").stdout)
+    kv = lambda d: {s["name"]: s["kv_cache_bytes"] for s in d["stages"]}
+    assert kv(calibrated)["thinker"] < kv(plain)["thinker"]  # more activation, less KV
+    text = run(*QWEN3, "--calibration", cal, "-q").stdout
+    assert "# CALIBRATED: calibrated with cal.yaml" in text and f"--calibration {cal}" in text
+
+
+def test_check_applies_a_calibration_too(tmp_path):
+    cal = calibrate(tmp_path)
+    plain = json.loads(run("check", BUNDLED, *QWEN3, "--format", "json").stdout)
+    calibrated = json.loads(run("check", BUNDLED, *QWEN3, "--calibration", cal, "--format", "json").stdout)
+    assert calibrated["stages"][0]["kv_cache_bytes"] < plain["stages"][0]["kv_cache_bytes"]
+
+
+def test_a_calibration_of_another_model_is_refused(tmp_path):
+    cal = calibrate(tmp_path)
+    result = run("--gpus", "2xH100-80GB", "--model", "qwen2.5-omni-7b", "--calibration", cal)
+    assert result.exit_code == 2 and "measured for qwen3-omni-moe" in result.stderr
+
+
+def test_a_log_without_figures_is_exit_2(tmp_path):
+    log = tmp_path / "empty.log"
+    log.write_text("nothing to see\n")
+    result = run("calibrate", log, "--config", BUNDLED, *QWEN3)
+    assert result.exit_code == 2 and "no figure" in result.stderr
+
+
+def test_pinned_kv_is_written_and_read_back(tmp_path):
+    out = tmp_path / "pinned.yaml"
+    assert run(*QWEN3, "--pin-kv", "-o", out, "-q").exit_code == 0
+    doc = yaml.safe_load(out.read_text())
+    plan = json.loads(run(*QWEN3, "--pin-kv", "--format", "json", "-q").stdout)
+    pinned = {s["stage_id"]: s.get("kv_cache_memory_bytes") for s in doc["stages"]}
+    assert pinned[0] == plan["stages"][0]["kv_cache_bytes"] and pinned[2] is None
+    assert "# KV pinned" in out.read_text()
+    assert read_config(str(out)).stages[0].kv_cache_memory_bytes == pinned[0]
+    checked = json.loads(run("check", out, *QWEN3, "--parallel-init", "--format", "json").stdout)
+    assert checked["problems"] == []
+    assert [s["kv_cache_bytes"] for s in checked["stages"]] == [s["kv_cache_bytes"] for s in plan["stages"]]
+
+
+def test_a_pin_beyond_the_fraction_is_a_warning(tmp_path):
+    text = BUNDLED.read_text().replace("    gpu_memory_utilization: 0.9\n",
+                                       "    gpu_memory_utilization: 0.9\n    kv_cache_memory_bytes: 20000000000\n", 1)
+    path = tmp_path / "over.yaml"
+    path.write_text(text)
+    data = json.loads(run("check", path, *QWEN3, "--format", "json").stdout)
+    assert any(p["code"] == "pinned-kv-beyond-fraction" for p in data["problems"])
+    assert data["stages"][0]["kv_cache_bytes"] == 20000000000

@@ -1,0 +1,64 @@
+"""Verified configs are data too: each config a vLLM-Omni release ships as verified on named
+hardware starts on that hardware under `check`, and the plan for that hardware holds at
+least its smallest KV headroom. (The wheels come from PyPI; offline, these tests skip.)"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from omni_autoconf.catalog import lookup_model
+from omni_autoconf.configcheck import check_config
+from omni_autoconf.configfile import read_config
+from omni_autoconf.gpus import parse_gpus
+from omni_autoconf.planner import plan
+from omni_autoconf.vllm_facts import omni_version
+
+from conftest import make_request
+from wheels import wheel_root
+
+FILES = {  # catalog model -> its bundled file, legacy (0.14-0.18) and deploy (0.20+)
+    "qwen3-omni-moe": ("model_executor/stage_configs/qwen3_omni_moe.yaml", "deploy/qwen3_omni_moe.yaml"),
+    "qwen2.5-omni-7b": ("model_executor/stage_configs/qwen2_5_omni.yaml", "deploy/qwen2_5_omni.yaml"),
+}
+VERSIONS = ["0.14", "0.16", "0.18", "0.20", "0.22", "0.24", "0.26", "0.28", "0.30"]
+VERIFIED = re.compile(r"verified on (\d+)x (H100)", re.I)
+
+
+def _bundled(model: str, version: str):
+    legacy, deploy = FILES[model]
+    path = wheel_root(version) / "vllm_omni" / (deploy if version >= "0.20" else legacy)
+    if not path.is_file():
+        pytest.skip(f"vllm-omni {version} ships no {path.name}")
+    head = "\n".join(path.read_text().splitlines()[:20])
+    m = VERIFIED.search(head)
+    if m is None:
+        pytest.skip(f"{path.name} of {version} names no hardware it was verified on")
+    return path, f"{m.group(1)}x{m.group(2)}-80GB"
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("model", sorted(FILES))
+def test_a_verified_config_starts_on_its_hardware(model, version):
+    path, gpus = _bundled(model, version)
+    v = omni_version(version)
+    config = read_config(str(path), engine_extras=v.deploy_reads_engine_extras)
+    report = check_config(lookup_model(model), parse_gpus(gpus), v, config)
+    assert report.ok, [p.message for p in report.errors]
+
+
+@pytest.mark.parametrize("model", sorted(FILES))
+def test_the_plan_holds_at_least_the_verified_configs_smallest_headroom(model):
+    path, gpus = _bundled(model, "0.30")
+    v = omni_version("0.30")
+    report = check_config(lookup_model(model), parse_gpus(gpus), v, read_config(str(path)))
+    pipeline = lookup_model(model)
+    settings = {o.run.name: o for o in report.stages}
+    bundled = min(min(o.max_concurrency, o.run.knobs.max_num_seqs) for o in report.stages if o.run.has_kv)
+    knobs = {name: o.run.knobs for name, o in settings.items()}
+    result = plan(make_request(model, gpus, "0.30",
+                               max_model_len={n: k.max_model_len for n, k in knobs.items() if pipeline.stage(n).has_kv_cache},
+                               max_num_seqs={n: k.max_num_seqs for n, k in knobs.items()},
+                               max_num_batched_tokens={n: k.max_num_batched_tokens for n, k in knobs.items()}))
+    assert result.min_kv_requests >= bundled
