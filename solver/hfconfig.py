@@ -85,6 +85,35 @@ def _layer_params(cfg: dict, where: str) -> tuple[int, int, int, str, dict[str, 
     return layers * attn + mlp, replicated, geometry["mlp"], geometry
 
 
+def transformer_fields(cfg: dict, where: str) -> dict[str, Any]:
+    """The catalog's Transformer fields that a (text) config states: geometry, vocab, positions."""
+    _, _, _, geometry = _layer_params(cfg, where)
+    return {**geometry, "vocab_size": _int(cfg, where, "vocab_size"), "max_position": max_position(cfg)}
+
+
+def vision_fields(cfg: dict, where: str) -> dict[str, Any]:
+    """The VisionTower fields a Qwen-VL style vision_config states."""
+    def get(*keys):
+        return _int(cfg, where, *keys)
+
+    return {"depth": get("depth", "num_hidden_layers"), "hidden_size": get("hidden_size", "embed_dim"),
+            "intermediate_size": get("intermediate_size"), "num_heads": get("num_heads", "num_attention_heads"),
+            "patch_size": get("patch_size"), "temporal_patch_size": get("temporal_patch_size"),
+            "spatial_merge_size": get("spatial_merge_size"),
+            "deepstack_layers": len(cfg.get("deepstack_visual_indexes") or []),
+            "out_hidden_size": get("out_hidden_size")}
+
+
+def section(cfg: dict, path: str, where: str) -> dict:
+    """A nested config section by dotted path ("thinker_config.text_config")."""
+    node: Any = cfg
+    for part in path.split("."):
+        if not isinstance(node, dict) or not isinstance(node.get(part), dict):
+            raise InputError(f"{where}: has no {path} section")
+        node = node[part]
+    return node
+
+
 def pipeline_from_config(cfg: dict, name: str, where: str = "config.json") -> PipelineSpec:
     """A one-stage pipeline for the decoder LLM that `cfg` (a config.json) describes."""
     if not isinstance(cfg, dict):

@@ -69,18 +69,27 @@ def test_every_catalog_number_cites_a_source():
             assert st.transformer.source
 
 
-def _valid_text() -> str:
+def _valid_text(name: str = "qwen3-omni-moe.yaml") -> str:
     from importlib import resources
 
-    return resources.files("omni_autoconf.models").joinpath("qwen3-omni-moe.yaml").read_text()
+    return resources.files("omni_autoconf.models").joinpath(name).read_text()
 
 
 def test_malformed_catalog_names_file_and_field():
-    broken = _valid_text().replace("num_kv_heads: 4", "num_kv_heads: four", 1)
+    broken = _valid_text("qwen2.5-omni-7b.yaml").replace("num_kv_heads: 4", "num_kv_heads: four", 1)
     with pytest.raises(CatalogError) as err:
         load_pipeline_text(broken, "broken.yaml")
     message = str(err.value)
     assert message.startswith("broken.yaml: field stages.0.transformer.num_kv_heads")
+
+
+def test_the_qwen3_catalog_takes_its_geometry_from_the_config_and_may_not_repeat_it():
+    thinker = model_catalog()["qwen3-omni-moe"].stage("thinker")
+    assert (thinker.transformer.num_layers, thinker.transformer.num_kv_heads, thinker.transformer.head_dim) == (48, 4, 128)
+    assert thinker.transformer.deepstack_levels == 3 and thinker.vision_tower.depth == 27
+    repeated = _valid_text().replace("    transformer:\n      qk_norm: true", "    transformer:\n      num_layers: 48\n      qk_norm: true", 1)
+    with pytest.raises(CatalogError, match="repeats what thinker_config.text_config states: num_layers"):
+        load_pipeline_text(repeated, "repeat.yaml")
 
 
 def test_catalog_rejects_unknown_fields_and_bad_tp():
