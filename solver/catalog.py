@@ -29,6 +29,7 @@ DTYPE_BYTES: dict[str, float] = {
     "float32": 4.0,
     "fp8": 1.0,
     "int4": 0.52,
+    "bytes": 1.0,  # a component counted in stored bytes (read from a checkpoint's headers)
 }
 
 # The keys the plan decides for every stage: a catalog field must not set one (the
@@ -65,6 +66,9 @@ class Component(_Strict):
     )
     only_if: VersionFlag | None = Field(
         default=None, description="Loaded only in vLLM-Omni versions where this flag holds."
+    )
+    tensor_prefix: str | None = Field(
+        default=None, description="The checkpoint tensors of this block (e.g. thinker.audio_tower.)."
     )
     source: str = Field(min_length=1, description="Where the count comes from.")
 

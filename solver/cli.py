@@ -74,7 +74,8 @@ def workers_option(text: str | None) -> int | None:
 
 @click.group(cls=OneLineErrors, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--gpus", "gpus_text", multiple=True, metavar="NxNAME[,...]", help="GPUs in CUDA order, e.g. 2xH100-80GB or 1xH100-80GB,1xA100-40GB; `local` reads them through NVML.")
-@click.option("--model", "model_name", multiple=True, metavar="NAME", help="Pipeline from the catalog (see `omni-autoconf models`).")
+@click.option("--model", "model_name", multiple=True, metavar="NAME|DIR|ORG/NAME",
+              help="A catalog pipeline (see `omni-autoconf models`), a local Hugging Face model directory, or a Hub id.")
 @click.option("--omni-version", multiple=True, metavar="X.Y",
               help=f"vLLM-Omni version to plan for ({', '.join(OMNI_VERSIONS)}). Default: {NEWEST_OMNI_VERSION}.")
 @click.option("--schema", multiple=True, type=click.Choice(["deploy", "stage-args"]),
@@ -123,14 +124,15 @@ def main(ctx: click.Context, **opts) -> None:
 
 def build_request(o: dict):
     """The planner's Request from the plan command's options (every value checked)."""
-    from .catalog import lookup_model
+    from .model_source import resolve
     from .planner import Request
     from .vllm_facts import omni_version
 
     gpus_text, model_name = once(o["gpus_text"], "--gpus"), once(o["model_name"], "--model")
     if not gpus_text or not model_name:
         raise InputError("both --gpus and --model are required (see --help)")
-    pipeline = lookup_model(model_name)
+    source = resolve(model_name)
+    pipeline = source.pipeline
     version = omni_version(once(o["omni_version"], "--omni-version", NEWEST_OMNI_VERSION))
     buffer_gib = bounded(parse_float(once(o["buffer_gib"], "--buffer", str(D.DEFAULT_BUFFER_GIB)), "--buffer"),
                          0.0, D.MAX_BUFFER_GIB, "--buffer")
@@ -153,6 +155,8 @@ def build_request(o: dict):
     gpus = gpus_option(gpus_text)
     return Request(
         pipeline=pipeline,
+        model_ref=source.reference,
+        model_notes=source.notes,
         gpus=gpus,
         version=version,
         schema=once(o["schema"], "--schema") or version.schema,

@@ -34,7 +34,7 @@ def calibrate_command(**o) -> None:
 
 def _calibrate(**o) -> int:
     from .calibration import fit, to_yaml
-    from .catalog import lookup_model
+    from .model_source import resolve
     from .configcheck import resolve_settings
     from .configfile import read_config
     from .logparse import parse_log
@@ -48,7 +48,8 @@ def _calibrate(**o) -> int:
         raise InputError("calibrate needs --config, --gpus and --model (the start-up the logs come from)")
     output = once(o["output"], "-o/--output")
     check_output_path(output)
-    pipeline = lookup_model(model_name)
+    source = resolve(model_name)
+    pipeline = source.pipeline
     version = omni_version(once(o["omni_version"], "--omni-version", NEWEST_OMNI_VERSION))
     gpus = list(gpus_option(gpus_text))
     config = read_config(config_path, once(o["platform"], "--platform", "cuda"),

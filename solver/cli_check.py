@@ -22,7 +22,7 @@ from .vllm_facts import NEWEST_OMNI_VERSION, GiB
 @click.command("check")
 @click.argument("config")
 @click.option("--gpus", "gpus_text", multiple=True, metavar="NxNAME[,...]", help="GPUs in CUDA order, or `local`.  [required]")
-@click.option("--model", "model_name", multiple=True, metavar="NAME", help="Pipeline from the catalog.  [required]")
+@click.option("--model", "model_name", multiple=True, metavar="NAME|DIR|ORG/NAME", help="Pipeline: catalog name, model directory or Hub id.  [required]")
 @click.option("--omni-version", multiple=True, metavar="X.Y", help=f"Default: {NEWEST_OMNI_VERSION}.")
 @click.option("--platform", multiple=True, help="Which `platforms:` overrides of a deploy file apply. Default: cuda.")
 @click.option("--upstream", is_flag=True, help="Upstream vLLM start-up: refuse when free < requested (default: vLLM-Omni caps).")
@@ -49,7 +49,7 @@ def check_command(**o) -> None:
 
 
 def _check(**o) -> int:
-    from .catalog import lookup_model
+    from .model_source import resolve
     from .check_report import render_check_json, render_check_table
     from .configcheck import check_config
     from .configfile import read_config
@@ -59,7 +59,8 @@ def _check(**o) -> int:
     if not gpus_text or not model_name:
         raise InputError("check needs --gpus and --model (see check --help)")
     gpus = gpus_option(gpus_text)
-    pipeline = lookup_model(model_name)
+    source = resolve(model_name)
+    pipeline = source.pipeline
     version = omni_version(once(o["omni_version"], "--omni-version", NEWEST_OMNI_VERSION))
     buffer_gib = bounded(parse_float(once(o["buffer_gib"], "--buffer", str(D.DEFAULT_BUFFER_GIB)), "--buffer"),
                          0.0, D.MAX_BUFFER_GIB, "--buffer")
@@ -93,6 +94,7 @@ def _fix(report, pipeline, gpus, version, config, buffer_gib, exclusive, time_li
     kept = [rs for rs in settings if rs.spec.name not in bad_layout]
     request = Request(
         pipeline=pipeline,
+        model_ref=o["model_name"][0],
         gpus=gpus,
         version=version,
         schema=config.schema,

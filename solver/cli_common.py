@@ -21,7 +21,7 @@ import json
 
 import click
 
-from . import defaults as D
+from . import defaults as D, interrupts
 from .errors import EXIT_INTERRUPTED, EXIT_NO_ANSWER, AutoconfError, InputError, NoPlanError
 
 T = TypeVar("T")
@@ -117,6 +117,8 @@ def run_command(debug: bool, action: Callable[[], int], on_no_plan: Callable[[No
         click.echo(f"omni-autoconf: error: {one_line(str(exc) or type(exc).__name__)}", err=True)
         sys.exit(EXIT_NO_ANSWER)
     except Exception as exc:  # a bug: say so in one line, keep the traceback for --debug
+        if interrupts.received():  # an interrupt Python turned into another exception
+            exit_interrupted()
         if debug:
             raise
         click.echo(f"omni-autoconf: internal error: {type(exc).__name__}: {one_line(str(exc))} "

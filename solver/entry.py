@@ -8,11 +8,18 @@ import sys
 
 
 def run() -> None:
+    from . import interrupts
+
+    interrupts.install()
     try:
         from .cli import main
 
         main()
-    except KeyboardInterrupt:
+    except SystemExit:
+        raise
+    except BaseException:  # an interrupt while modules load, whatever Python made of it
+        if not interrupts.received():
+            raise
         sys.stderr.write("omni-autoconf: interrupted; nothing was written\n")
         sys.stderr.flush()
         os._exit(130)

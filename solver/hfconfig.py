@@ -150,8 +150,12 @@ def pipeline_from_config(cfg: dict, name: str, where: str = "config.json") -> Pi
         "defaults": {s: {"max_num_seqs": 256, "max_num_batched_tokens": 8192, "enforce_eager": False}
                      for s in ("deploy", "stage-args")},
     }
+    import re
+
+    slug = re.sub(r"[^a-z0-9.\-]+", "-", name.rstrip("/").split("/")[-1].lower() if "/" in name and
+                  name.startswith((".", "/", "~")) else name.lower()).strip("-.") or "model"
     return PipelineSpec.model_validate({
-        "name": name.lower().replace("/", "-").replace("_", "-"),
+        "name": slug,
         "hf_id": name,
         "description": f"{name}: a one-stage decoder LLM read from its config.json",
         "model_arch": (cfg.get("architectures") or ["?"])[0],

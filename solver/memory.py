@@ -56,6 +56,7 @@ class StageMemory:
     graph_reserve_bytes: int
     kv_bytes_per_token: int  # 0 for stages without a KV cache
     accounting: str = "profile"  # "profile" or "either" (see the module docstring)
+    load_buffer_bytes: int = 0  # the part of weights_bytes that is buffers, not checkpoint tensors
 
     @property
     def inside_bytes(self) -> int:
@@ -148,6 +149,7 @@ def stage_memory(stage: StageSpec, tp: int, knobs: StageKnobs, version: OmniVers
         # A stage without KV cache sizes nothing from the measurement: its fraction is only
         # the start-up gate, and what it holds is its profile peak either way.
         accounting=version.kv_accounting if stage.has_kv_cache else "profile",
+        load_buffer_bytes=deepstack,
     )
 
 

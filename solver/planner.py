@@ -29,6 +29,8 @@ class Request:
     gpus: tuple[Gpu, ...]
     version: OmniVersion
     schema: str
+    model_ref: str | None = None  # what --model named (a catalog name, a directory, a Hub id)
+    model_notes: tuple[str, ...] = ()  # what reading the checkpoint found worth saying
     buffer_gib: float = D.DEFAULT_BUFFER_GIB
     resolution: int = D.DEFAULT_RESOLUTION
     tp: dict[str, int] = field(default_factory=dict)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shlex
 from typing import Any
 
 import yaml
@@ -56,7 +57,8 @@ def command_line(request: Request) -> str:
     """The options that reproduce `request` (without the program name). Floats are written
     in their shortest exact form, so the command re-creates the same request."""
     r = request
-    parts = [f"--gpus {gpu_terms(r.gpus)}", f"--model {r.pipeline.name}", f"--omni-version {r.version.name}"]
+    parts = [f"--gpus {gpu_terms(r.gpus)}", f"--model {shlex.quote(r.model_ref or r.pipeline.name)}",
+             f"--omni-version {r.version.name}"]
     if r.schema != r.version.schema:
         parts.append(f"--schema {r.schema}")
     for flag, mapping in (
@@ -85,7 +87,7 @@ def command_line(request: Request) -> str:
     if r.pin_kv:
         parts.append("--pin-kv")
     if r.calibration is not None:
-        parts.append(f"--calibration {r.calibration.path}")
+        parts.append(f"--calibration {shlex.quote(r.calibration.path)}")
     if r.buffer_gib != DEFAULT_BUFFER_GIB:
         parts.append(f"--buffer {_number(r.buffer_gib)}")
     if r.resolution != DEFAULT_RESOLUTION:
@@ -127,6 +129,10 @@ def header(plan: Plan) -> str:
         f"Plan: {status_line(plan)}; smallest KV headroom {plan.min_kv_requests:.2f} max-length requests.",
     ]
     lines += [f"Note: {note}" for note in plan.option_notes]
+    if plan.request.model_ref and plan.request.model_ref != plan.request.pipeline.name:
+        lines.append(f"Model: {plan.request.model_ref} read as pipeline {plan.request.pipeline.name}; weights from "
+                     "its safetensors headers.")
+    lines += [f"Note: {note}" for note in plan.request.model_notes]
     if plan.request.calibration is not None and plan.request.calibration.model == plan.request.pipeline.name:
         lines.append(f"CALIBRATED: {plan.request.calibration.describe()}.")
     if plan.request.pin_kv:
@@ -295,6 +301,8 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
     return {
         "tool": {"name": "omni-autoconf", "version": __version__},
         "model": plan.request.pipeline.name,
+        "model_ref": plan.request.model_ref or plan.request.pipeline.name,
+        "model_notes": list(plan.request.model_notes),
         "omni_version": plan.request.version.name,
         "schema": plan.request.schema,
         "status": plan.status,
@@ -325,7 +333,8 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
                 "devices": list(sp.devices),
                 "tensor_parallel_size": sp.tensor_parallel_size,
                 "gpu_memory_utilization": sp.gpu_memory_utilization,
-                "weights_bytes": sp.memory.weights_bytes,
+                "weights_bytes": sp.memory.weights_bytes - sp.memory.load_buffer_bytes,
+                "load_buffer_bytes": sp.memory.load_buffer_bytes,
                 "activation_bytes": sp.memory.activation_bytes,
                 "overhead_bytes": sp.memory.overhead_bytes,
                 "kv_cache_bytes": sp.kv_cache_bytes,

@@ -1,0 +1,133 @@
+"""`--model`: a catalog name, a local Hugging Face model directory, or a Hub id.
+
+For a checkpoint the pipeline definition (the catalog entry matched by config.json's
+`model_type`, or a one-stage decoder LLM) supplies the stage wiring, and the checkpoint
+every number it has: the decoder geometry from config.json, and each stage's weights
+exactly, as the sum of its tensors' stored sizes in the safetensors headers (quantized
+tensors and their scales at their stored size). Tensors are assigned to stages by the
+catalog's name prefixes (`thinker.`, `talker.`, `code2wav.`, ...); within a stage, norms
+and MoE routers are replicated on every TP rank, a catalog component with a tensor
+prefix (an encoder) keeps the catalog's sharding, and the rest is split.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .catalog import PipelineSpec, catalog_text, load_pipeline_text, lookup_model, model_catalog
+from .checkpoint import Checkpoint, looks_like_hub_id, read_hub, read_local
+from .errors import InputError
+from .hfconfig import pipeline_from_config
+
+# safetensors dtype -> bytes per element (https://huggingface.co/docs/safetensors)
+_ELEMENT = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "BF16": 2, "F16": 2, "I16": 2, "U16": 2,
+            "F8_E4M3": 1, "F8_E5M2": 1, "I8": 1, "U8": 1, "BOOL": 1}
+_REPLICATED = re.compile(r"(norm|\.gate\.weight$|router)")
+# catalog model for a config.json model_type (Qwen2.5-Omni picks its size by the thinker's width)
+_OMNI = {"qwen3_omni_moe": lambda cfg: "qwen3-omni-moe",
+         "qwen2_5_omni": lambda cfg: "qwen2.5-omni-3b" if _thinker_hidden(cfg) == 2048 else "qwen2.5-omni-7b"}
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    pipeline: PipelineSpec
+    reference: str  # what --model said (reproduces the run)
+    notes: tuple[str, ...] = ()
+
+
+def _thinker_hidden(cfg: dict) -> int | None:
+    thinker = cfg.get("thinker_config") or {}
+    return (thinker.get("text_config") or thinker).get("hidden_size")
+
+
+def resolve(text: str) -> ModelSource:
+    """The pipeline a --model value names."""
+    key = text.strip()
+    if key.lower().replace("_", "-") in model_catalog():
+        return ModelSource(lookup_model(key), lookup_model(key).name)
+    if Path(key).exists():
+        return from_checkpoint(read_local(key), key)
+    if looks_like_hub_id(key):
+        return from_checkpoint(read_hub(key), key)
+    known = ", ".join(sorted(model_catalog()))
+    raise InputError(f"unknown model {text!r}: not a catalog model ({known}), a model directory, or a Hub id ORG/NAME")
+
+
+def from_checkpoint(ckpt: Checkpoint, reference: str) -> ModelSource:
+    cfg = ckpt.config
+    model_type = str(cfg.get("model_type", ""))
+    if model_type in _OMNI:
+        name = _OMNI[model_type](cfg)
+        text, filename = catalog_text(name)
+        base = load_pipeline_text(text, filename, config=cfg if lookup_model(name).config else None)
+    elif any(str(a).endswith("ForCausalLM") for a in cfg.get("architectures") or []) or "num_hidden_layers" in cfg:
+        base = pipeline_from_config(cfg, reference, where=f"{reference}/config.json")
+    else:
+        raise InputError(f"{reference}: config.json model_type {model_type!r} is no pipeline this tool covers")
+    return exact_weights(base, ckpt, reference)
+
+
+def exact_weights(pipeline: PipelineSpec, ckpt: Checkpoint, reference: str) -> ModelSource:
+    """The pipeline with every stage's components replaced by its checkpoint tensors."""
+    notes: list[str] = []
+    prefixes = pipeline.checkpoint_prefixes or {pipeline.stages[0].name: [""]}
+    stages = []
+    claimed_total = 0
+    for st in pipeline.stages:
+        own = prefixes.get(st.name)
+        if own is None:
+            raise InputError(f"{pipeline.name}: the catalog names no checkpoint prefix for stage {st.name}")
+        tensors = ckpt.with_prefix(*own)
+        if not tensors:
+            raise InputError(f"{reference}: no tensor starts with {', '.join(own)} (stage {st.name})")
+        claimed_total += sum(t.nbytes for t in tensors)
+        components, cast = _components(st, tensors, ckpt)
+        if cast:
+            notes.append(f"{st.name}: weights stored in {cast} are loaded as {st.dtype}: planned at the loaded size")
+        stages.append(st.model_copy(update={"components": components}))
+    if claimed_total < ckpt.total_bytes:
+        notes.append(f"{(ckpt.total_bytes - claimed_total) / 2**30:.2f} GiB of tensors belong to no planned stage")
+    spec = pipeline.model_copy(update={"stages": stages, "hf_id": reference})
+    return ModelSource(PipelineSpec.model_validate(spec.model_dump()), reference, tuple(notes))
+
+
+def _components(st, tensors, ckpt: Checkpoint):
+    """(components, stored dtype when the stage casts at load)."""
+    from .catalog import Component
+
+    load_elem = {"float32": 4}.get(st.dtype)
+    cast = None
+    groups: dict[str, tuple[Component | None, int]] = {}
+    prefixed = [c for c in st.components if c.tensor_prefix]
+    for t in tensors:
+        elem = _ELEMENT.get(t.dtype)
+        if elem is None:
+            raise InputError(f"{ckpt.source}: tensor {t.name} has dtype {t.dtype}, which safetensors does not define")
+        size = t.nbytes
+        if load_elem and elem in (2,) and t.dtype in ("BF16", "F16"):
+            size = t.nbytes // elem * load_elem
+            cast = t.dtype
+        owner = next((c for c in prefixed if t.name.startswith(c.tensor_prefix)), None)
+        key = owner.name if owner else ("norms_and_routers" if _REPLICATED.search(t.name) else "linear")
+        prev = groups.get(key, (owner, 0))
+        groups[key] = (owner, prev[1] + size)
+    out = []
+    for key, (owner, nbytes) in sorted(groups.items()):
+        base = {"name": key, "params": max(1, nbytes), "dtype": "bytes",
+                "source": f"{ckpt.source}: stored tensor sizes from the safetensors headers"}
+        if owner is not None:
+            base.update(sharding=owner.sharding, split_versions=owner.split_versions, split_divides=owner.split_divides,
+                        only_if=owner.only_if, tensor_prefix=owner.tensor_prefix)
+        else:
+            base["sharding"] = "replicated" if key == "norms_and_routers" else "tp"
+        out.append(Component.model_validate(base))
+    # components of other stages' tensors this stage also loads (the talker built the thinker's encoders)
+    for c in st.components:
+        if c.tensor_prefix and c.only_if and c.name not in groups:
+            nbytes = ckpt.bytes_with_prefix(c.tensor_prefix)
+            if nbytes:
+                out.append(c.model_copy(update={"params": nbytes, "dtype": "bytes",
+                                                "source": f"{ckpt.source}: tensors under {c.tensor_prefix}"}))
+    return out, cast
