@@ -204,3 +204,22 @@ def test_a_hub_id_is_read_from_the_cache_without_the_network(tmp_path, monkeypat
     (tmp_path / "hub" / "meta-llama--Tiny.json").write_text(json.dumps({"config": LLAMA, "tensors": tensors}))
     data = plan_json("--gpus", "1xH100-80GB", "--model", "meta-llama/Tiny", "--max-model-len", "8192")
     assert data["stages"][0]["weights_bytes"] == sum(t[2] for t in tensors)
+
+
+def test_a_stage_cast_at_load_is_planned_at_the_loaded_size_and_says_so(tmp_path):
+    root = tmp_path / "qwen25"
+    root.mkdir()
+    (root / "config.json").write_text(json.dumps({"architectures": ["Qwen2_5OmniModel"], "model_type": "qwen2_5_omni",
+                                                  "thinker_config": {"text_config": {"hidden_size": 3584}}}))
+    write_safetensors(root / "model.safetensors", {
+        "thinker.model.layers.weight": ("BF16", [7_600_000_000]),
+        "thinker.audio_tower.weight": ("BF16", [640_000_000]),
+        "thinker.visual.weight": ("BF16", [680_000_000]),
+        "talker.model.weight": ("BF16", [1_350_000_000]),
+        "token2wav.code2wav_dit_model.weight": ("BF16", [400_000_000]),
+    })
+    result = CliRunner().invoke(main, ["--gpus", "2xH100-80GB", "--model", str(root), "--max-model-len", "8192", "-q"])
+    assert result.exit_code == 0, result.stderr
+    assert "code2wav: weights stored in BF16 are loaded as float32" in result.stdout
+    data = plan_json("--gpus", "2xH100-80GB", "--model", root, "--max-model-len", "8192")
+    assert {s["name"]: s["weights_bytes"] for s in data["stages"]}["code2wav"] == 400_000_000 * 4
