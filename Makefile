@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 
-.PHONY: run test venv clean examples
+.PHONY: run test venv clean examples bench
 
 $(BIN)/omni-autoconf: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,3 +27,8 @@ clean:
 # no-plan sample); tests/test_examples.py fails when any of them is stale.
 examples: venv
 	$(BIN)/python examples/regenerate.py
+
+# Solve times at scale, CP-SAT against brute force, CLI start-up: one run on this machine,
+# written into the README (figures vary by machine; nothing checks them for staleness).
+bench: venv
+	$(BIN)/python benchmarks/solve_times.py --readme

@@ -1,11 +1,14 @@
 """Exhaustive search over small problems: the test oracle for the CP-SAT model.
 
-It enumerates every TP option, GPU set and fraction step of every stage and keeps the
-best (smallest weighted headroom, total headroom, least sum of fractions), with the
+It enumerates every TP option, replica count, GPU set and fraction step of every stage
+and keeps the best (smallest weighted headroom, total headroom, least sum of fractions), with the
 accounting `cpsat` documents (whole MiB, needs rounded up, capacities down, 2 MiB per
 stage for vLLM's ceil) and the co-resident sets of residency.py. It shares no code with
 the CP-SAT model; the start-up model re-checks the accounting in bytes. Exponential:
-meant for 2-3 GPUs, 2-3 stages, coarse resolutions.
+meant for 2-4 GPUs, 2-3 stages, coarse resolutions.
+
+Replicas: k copies of a stage on k x tp GPUs, sharing the fraction; each counts the KV
+of the pool's smallest GPU as headroom on its own (capped).
 """
 
 from __future__ import annotations
@@ -21,18 +24,19 @@ def _up(nbytes: int) -> int:
 
 
 def _choices(problem: Problem, st: StageProblem):
-    """Every (option, gpus, util, kv MiB) of one stage that is feasible on its own."""
+    """Every (option, gpus, util, kv MiB, replicas) of one stage feasible on its own."""
     R = problem.resolution
     for option, opt in enumerate(st.options):
         if st.pinned_tp is not None and opt.tp != st.pinned_tp:
             continue
-        for gpus in combinations(range(len(problem.gpus)), opt.tp):
-            if st.pinned_devices is not None and tuple(gpus) != tuple(st.pinned_devices):
-                continue
-            for u in range(1, R + 1):
-                kv = _kv_mib(problem, st, opt, gpus, u)
-                if kv is not None:
-                    yield option, gpus, u, kv
+        for k in st.replica_counts():
+            for gpus in combinations(range(len(problem.gpus)), k * opt.tp):
+                if st.pinned_devices is not None and tuple(gpus) != tuple(st.pinned_devices):
+                    continue
+                for u in range(1, R + 1):
+                    kv = _kv_mib(problem, st, opt, gpus, u)
+                    if kv is not None:
+                        yield option, gpus, u, kv, k
 
 
 def _kv_mib(problem: Problem, st: StageProblem, opt: TpOption, gpus, u: int) -> int | None:
@@ -53,7 +57,7 @@ def _fits(problem: Problem, picks) -> bool:
         for members in problem.coresident:
             used = 0
             for s in members:
-                option, gpus, u, _ = picks[s]
+                option, gpus, u, _, _ = picks[s]
                 if g in gpus:
                     st = problem.stages[s]
                     used += (gpu.total_bytes // MiB) * u + 2 * R + R * _up(st.options[option].memory.outside_bytes)
@@ -64,19 +68,20 @@ def _fits(problem: Problem, picks) -> bool:
 
 def best_objective(problem: Problem) -> tuple[int, int, int] | None:
     """(z, total headroom, sum of fractions) of the optimum, in the CP-SAT model's units
-    (the sum of fractions is minimised); None when infeasible."""
+    (the sum of fractions is minimised, after the number of replicas); None when infeasible."""
     per_stage = [list(_choices(problem, st)) for st in problem.stages]
     best = None
     for picks in product(*per_stage):
         if not _fits(problem, picks):
             continue
         headroom = []
-        for st, (option, _, _, kv) in zip(problem.stages, picks):
+        for st, (option, _, _, kv, k) in zip(problem.stages, picks):
             if st.has_kv:
                 per_request = st.options[option].memory.kv_bytes_per_token * st.max_model_len
-                headroom.append((st, st.headroom_milli(MILLI * kv * MiB // per_request)))
+                headroom.append((st, st.headroom_milli(MILLI * kv * MiB // per_request, k)))
         z = min((100 * h // st.weight_pct for st, h in headroom), default=0)
-        value = (z, sum(h for _, h in headroom), -sum(u for _, _, u, _ in picks))
+        replicas = sum(k for *_, k in picks)
+        value = (z, sum(h for _, h in headroom), -replicas, -sum(u for _, _, u, _, _ in picks))
         if best is None or value > best:
             best = value
-    return None if best is None else (best[0], best[1], -best[2])
+    return None if best is None else (best[0], best[1], -best[3])

@@ -35,7 +35,8 @@ DTYPE_BYTES: dict[str, float] = {
 # The keys the plan decides for every stage: a catalog field must not set one (the
 # renderers would never let it win, and a catalog that tries is a mistake).
 PLANNED_KEYS = ("devices", "tensor_parallel_size", "gpu_memory_utilization", "max_model_len", "max_num_seqs",
-                "max_num_batched_tokens", "enforce_eager", "kv_cache_dtype", "max_batch_size", "kv_cache_memory_bytes")
+                "max_num_batched_tokens", "enforce_eager", "kv_cache_dtype", "max_batch_size", "kv_cache_memory_bytes",
+                "num_replicas")
 
 _VERSIONS_PATTERN_INLINE = r"^\d+\.\d+(-(\d+\.\d+)?)?$"
 

@@ -42,6 +42,8 @@ def check_dict(report: CheckReport) -> dict[str, Any]:
                 "stage_id": o.run.stage_id,
                 "name": o.run.name,
                 "devices": list(o.run.devices),
+                "num_replicas": o.run.replicas,
+                "replica_kv_cache_tokens": list(o.replica_kv_tokens),
                 "tensor_parallel_size": o.run.tensor_parallel_size,
                 "gpu_memory_utilization": o.run.gpu_memory_utilization,
                 "started": o.started,
@@ -75,7 +77,7 @@ def render_check_table(report: CheckReport) -> str:
         kv = r.has_kv and r.memory is not None
         rows.append(
             (
-                f"{r.stage_id} {r.name}",
+                f"{r.stage_id} {r.name}" + (f" x{r.replicas}" if r.replicas > 1 else ""),
                 ",".join(map(str, r.devices)),
                 str(r.tensor_parallel_size),
                 f"{r.gpu_memory_utilization:g}",

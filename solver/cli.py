@@ -68,6 +68,12 @@ def resolution_option(text: str) -> int:
     return steps
 
 
+def replicas_option(text: str | None) -> str | None:
+    if text is None or text.strip().lower() == "auto":
+        return None if text is None else "auto"
+    return str(bounded(parse_int(text, "--replicas"), 1, D.MAX_GPUS, "--replicas"))
+
+
 def workers_option(text: str | None) -> int | None:
     return None if text is None else bounded(parse_int(text, "--workers"), 1, 64, "--workers")
 
@@ -93,6 +99,9 @@ def workers_option(text: str | None) -> int | None:
 @click.option("--exclusive", multiple=True, metavar="A,B", help="Stages never resident at the same time (separate launches, sleep mode).")
 @click.option("--kv-cache-dtype", multiple=True, type=click.Choice(["auto", "fp8"]), help="Default: auto.")
 @click.option("--allow-untested-tp", is_flag=True, help="Also plan TP degrees no upstream config or test runs (the header says so).")
+@click.option("--replicas", multiple=True, metavar="N|auto",
+              help="Replicas per stage (vLLM-Omni 0.20+): N of every stage, or auto: the solver chooses. Default: 1, "
+                   "then auto when one pipeline leaves a GPU idle.")
 @click.option("--pin-kv", is_flag=True, help="Write each KV stage's planned kv_cache_memory_bytes (vLLM then sizes no KV itself).")
 @click.option("--calibration", multiple=True, metavar="FILE", help="Apply the corrections `omni-autoconf calibrate` measured.")
 @click.option("--buffer", "buffer_gib", multiple=True, metavar="GIB",
@@ -175,6 +184,7 @@ def build_request(o: dict):
         kv_cache_dtype=once(o["kv_cache_dtype"], "--kv-cache-dtype", "auto"),
         allow_untested_tp=o["allow_untested_tp"],
         pin_kv=o["pin_kv"],
+        replicas=replicas_option(once(o["replicas"], "--replicas")),
         calibration=calibration_option(once(o["calibration"], "--calibration"), pipeline),
         time_limit_s=time_limit_option(once(o["time_limit"], "--time-limit", str(D.DEFAULT_TIME_LIMIT_S))),
         workers=workers_option(once(o["workers"], "--workers")),
@@ -191,11 +201,16 @@ def _plan_command(**o) -> int:
     check_output_path(output)
     ensure_renderable(request)
 
+    def replicas_note(problem) -> str:
+        if any(len(st.replica_counts()) > 1 or st.replica_counts()[0] > 1 for st in problem.stages):
+            return ", replicas per stage"
+        return ""
+
     def progress(problem) -> None:
         if not o["quiet"]:
             click.echo(
-                f"omni-autoconf: planning {request.pipeline.name} on {len(problem.gpus)} GPU(s) with CP-SAT "
-                f"(time limit {request.time_limit_s:g} s) ...",
+                f"omni-autoconf: planning {request.pipeline.name} on {len(problem.gpus)} GPU(s) with CP-SAT"
+                f"{replicas_note(problem)} (time limit {request.time_limit_s:g} s) ...",
                 err=True,
             )
 

@@ -91,7 +91,7 @@ def _fix(report, pipeline, gpus, version, config, buffer_gib, exclusive, time_li
         raise InputError(f"--keep {keep_text!r}: name devices, tp, both, or none")
     settings = report.settings
     bad_layout = {p.stage for p in report.problems if p.code in ("unknown-device", "tp-mismatch", "tp-not-divisible")}
-    kept = [rs for rs in settings if rs.spec.name not in bad_layout]
+    kept = [rs for rs in settings if rs.spec.name not in bad_layout and rs.replicas == 1]
     request = Request(
         pipeline=pipeline,
         model_ref=o["model_name"][0],
@@ -109,6 +109,7 @@ def _fix(report, pipeline, gpus, version, config, buffer_gib, exclusive, time_li
         exclusive=exclusive,
         allow_untested_tp=any(rs.tensor_parallel_size not in rs.spec.tested_tp_degrees(version.name) for rs in kept),
         pin_kv=any(rs.kv_pinned_bytes for rs in settings),
+        replicas="auto" if any(rs.replicas > 1 for rs in settings) else None,
         calibration=calibration,
         time_limit_s=time_limit,
     )

@@ -162,7 +162,7 @@ def check_output_path(path: str | None) -> None:
     if path is None or path == "-":
         return
     target = os.path.realpath(path)
-    if os.path.exists(target) and not os.path.isfile(target):
+    if os.path.exists(path) and not os.path.isfile(path):  # follows links, /dev/stdout's pipe too
         raise InputError(f"-o {path}: not a regular file; refusing to replace it (use -o - for stdout)")
     if not os.path.isdir(os.path.dirname(target)):
         raise InputError(f"-o {path}: folder {os.path.dirname(target)} does not exist")
@@ -179,7 +179,7 @@ def write_output(path: str | None, text: str) -> None:
         return
     target = os.path.realpath(path)
     try:
-        st = os.stat(target)
+        st = os.stat(path)  # follows links (a pipe behind /dev/stdout has no real path)
     except FileNotFoundError:
         st = None
     if st is not None and not stat.S_ISREG(st.st_mode):

@@ -36,6 +36,8 @@ class ResolvedSetting:
     explicit_devices: bool
     explicit_tp: bool
     kv_pinned_bytes: int | None = None
+    replicas: int = 1
+    layout_error: str | None = None  # vLLM-Omni's own message when it cannot split the devices
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,9 @@ def resolve_settings(pipeline: PipelineSpec, config: ConfigFile, version: OmniVe
         if st is None:
             raise InputError(f"{config.path}: no stage {spec.stage_id} ({spec.name}) for {pipeline.name}")
         tp = st.tensor_parallel_size or 1
+        replicas = st.num_replicas or 1
         devices = st.devices if st.devices is not None else tuple(range(tp))
+        devices, layout_error = split_replicas(devices, replicas, tp, spec.stage_id, version)
         util = st.gpu_memory_utilization
         if util is None:
             util = F.default_gpu_memory_utilization(version.vllm)
@@ -105,19 +109,53 @@ def resolve_settings(pipeline: PipelineSpec, config: ConfigFile, version: OmniVe
         )
         out.append(ResolvedSetting(spec, devices, tp, util, knobs, kv_text, chunked,
                                    st.devices is not None, st.tensor_parallel_size is not None,
-                                   st.kv_cache_memory_bytes if spec.has_kv_cache else None))
+                                   st.kv_cache_memory_bytes if spec.has_kv_cache else None, replicas, layout_error))
     return out
+
+
+def split_replicas(devices: tuple[int, ...], replicas: int, tp: int, stage_id: int,
+                   version: OmniVersion) -> tuple[tuple[int, ...], str | None]:
+    """The device pool of a stage's replicas as vLLM-Omni splits it (replica r takes a
+    consecutive slice of tp ids), and its error message when it cannot. vllm_omni
+    engine/stage_init_utils.py split_devices_for_replicas: 0.20 pool only (R x tp ids);
+    0.22+ also a template of tp ids that replica r offsets by r x tp."""
+    if replicas <= 1:
+        return devices, None
+    if version.vllm < (0, 20):
+        return devices, f"Stage {stage_id}: num_replicas is read from vLLM-Omni 0.20; {version.name} runs one replica"
+    shown = ",".join(map(str, devices))
+    if len(devices) == replicas * tp:
+        return devices, None
+    if version.vllm >= (0, 22) and len(devices) == tp:
+        bad = [a for a in devices if not 0 <= a < tp]
+        if bad:
+            return devices, (f"Stage {stage_id}: template-mode device offset(s) {bad} out of range [0, {tp}); "
+                             f"devices={shown!r}")
+        return tuple(r * tp + a for r in range(replicas) for a in devices), None
+    if version.vllm < (0, 22):
+        return devices, (f"Stage {stage_id}: num_replicas={replicas}, tensor_parallel_size={tp} requires "
+                         f"{replicas * tp} devices, got {len(devices)}: {shown}")
+    if version.vllm < (0, 28):  # 0.22-0.26 word it in terms of TP
+        return devices, (f"Stage {stage_id}: devices={shown!r} has {len(devices)} id(s); need either {tp} (template, "
+                         f"dp-independent) or {replicas * tp} (pool / legacy). num_replicas={replicas}, "
+                         f"tensor_parallel_size={tp}.")
+    return devices, (f"Stage {stage_id}: devices={shown!r} has {len(devices)} id(s); need either {tp} (per-replica "
+                     f"template) or {replicas * tp} (pool / legacy). num_replicas={replicas}, "
+                     f"devices_per_replica={tp}.")
 
 
 def _layout_problems(rs: ResolvedSetting, num_gpus: int) -> list[CheckProblem]:
     name, tp, devices = rs.spec.name, rs.tensor_parallel_size, rs.devices
     found = []
+    if rs.layout_error:
+        found.append(CheckProblem("device-layout-invalid", name, None, rs.layout_error, {}))
+        return found
     bad = [d for d in devices if not 0 <= d < num_gpus]
     if bad:
         found.append(CheckProblem("unknown-device", name, bad[0],
                                   f"{name}: devices {','.join(map(str, devices))} name GPU {bad[0]}, "
                                   f"but only GPUs 0..{num_gpus - 1} exist", {"device": bad[0], "num_gpus": num_gpus}))
-    if len(devices) != tp or len(set(devices)) != len(devices):
+    if len(devices) != tp * rs.replicas or len(set(devices)) != len(devices):
         found.append(CheckProblem("tp-mismatch", name, None,
                                   f"{name}: {len(devices)} device(s) {','.join(map(str, devices))} for "
                                   f"tensor_parallel_size {tp} (vLLM needs one distinct GPU per rank)",
@@ -172,7 +210,7 @@ def check_config(pipeline: PipelineSpec, gpus: list[Gpu], version: OmniVersion, 
             memory = calibration.apply(rs.spec.name, memory)
         steps = round(rs.gpu_memory_utilization * UTIL_RESOLUTION)
         runs.append(StageRun(rs.spec.stage_id, rs.spec.name, rs.spec.has_kv_cache, rs.devices, rs.tensor_parallel_size,
-                             steps, UTIL_RESOLUTION, rs.knobs, memory, rs.kv_pinned_bytes))
+                             steps, UTIL_RESOLUTION, rs.knobs, memory, rs.kv_pinned_bytes, rs.replicas))
     index = {st.name: i for i, st in enumerate(pipeline.stages)}
     groups = tuple(tuple(index[n] for n in group) for group in exclusive)
     startup = simulate(runs, gpus, upstream=upstream, parallel_init=parallel_init,

@@ -41,6 +41,7 @@ class StageSetting:
     enable_chunked_prefill: bool | None = None
     enable_prefix_caching: bool | None = None
     kv_cache_memory_bytes: int | None = None
+    num_replicas: int | None = None
 
 
 @dataclass(frozen=True)
@@ -184,7 +185,7 @@ def _string(value: Any, where: str, field: str) -> str | None:
     raise InputError(f"{where}: {field} {_show(value)} must be a string")
 
 
-def _setting(flat: dict, devices: Any, where: str) -> StageSetting:
+def _setting(flat: dict, devices: Any, where: str, replicas: Any = None) -> StageSetting:
     if "stage_id" not in flat or flat["stage_id"] is None:
         raise InputError(f"{where}: a stage has no stage_id")
     eager = _boolean(flat.get("enforce_eager"), where, "enforce_eager")
@@ -208,6 +209,7 @@ def _setting(flat: dict, devices: Any, where: str) -> StageSetting:
         enable_chunked_prefill=_boolean(flat.get("enable_chunked_prefill"), where, "enable_chunked_prefill"),
         enable_prefix_caching=_boolean(flat.get("enable_prefix_caching"), where, "enable_prefix_caching"),
         kv_cache_memory_bytes=_integer(flat.get("kv_cache_memory_bytes"), where, "kv_cache_memory_bytes", low=0) or None,
+        num_replicas=_integer(replicas, where, "num_replicas"),
     )
 
 
@@ -221,7 +223,7 @@ def _legacy(raw: dict, path: str) -> ConfigFile:
         flat = {**engine_args, "stage_id": entry.get("stage_id")}
         if "max_num_seqs" not in flat and "max_batch_size" in runtime:
             flat["max_num_seqs"] = runtime["max_batch_size"]
-        stages.append(_setting(flat, runtime.get("devices"), where))
+        stages.append(_setting(flat, runtime.get("devices"), where, runtime.get("num_replicas")))
     return ConfigFile(path, "stage-args", tuple(stages), _boolean(raw.get("async_chunk"), path, "async_chunk"))
 
 
@@ -246,5 +248,7 @@ def read_config(path: str, platform: str = "cuda", engine_extras: bool = True) -
         runtime = _mapping(entry.get("runtime"), where, "runtime")
         extras = _mapping(entry.get("engine_extras"), where, "engine_extras") if engine_extras else {}
         flat = {**entry, **_mapping(entry.get("engine_args"), where, "engine_args"), **extras}
-        stages.append(_setting(flat, runtime.get("devices", entry.get("devices")), where))
+        # runtime.num_replicas wins over a flat key (vllm_omni 0.22+ _parse_stage_deploy)
+        replicas = runtime.get("num_replicas", entry.get("num_replicas"))
+        stages.append(_setting(flat, runtime.get("devices", entry.get("devices")), where, replicas))
     return ConfigFile(path, "deploy", tuple(stages), _boolean(doc.get("async_chunk"), path, "async_chunk"))

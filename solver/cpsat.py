@@ -1,7 +1,10 @@
 r"""The CP-SAT model: place stages on GPUs and size their fractions.
 
 Notation (the code uses the same names):
-    s in S      stages;  g in G  GPUs with total C_g bytes;  R = resolution (steps per 1.0)
+    s in S      stages;  c in K  classes of interchangeable GPUs (same kind and total C_c,
+                pinned by the same stages: Problem.gpu_classes), |c| GPUs each
+    P in 2^S    patterns: the set of stages one GPU holds (a bit mask, stage 0 = bit 0)
+    R           resolution (fraction steps per 1.0)
     o in O_s    TP options of stage s, with per-rank memory: in_o (inside the fraction),
                 out_o (outside: context, NCCL, graph reserve), b_o KV bytes per token
     M in CO     co-resident sets: the maximal sets of stages that may be resident together
@@ -11,23 +14,30 @@ Notation (the code uses the same names):
 
 Variables:
     x[s,o] in {0,1}    stage s runs at TP option o               sum_o x[s,o] = 1
-    p[s,g] in {0,1}    stage s has a rank on GPU g               sum_g p[s,g] = sum_o tp_o x[s,o]
+    n[c,P] in 0..|c|   GPUs of class c holding exactly the stages P  sum_P n[c,P] <= |c|
+                       (GPUs are counted, never named: swapping two GPUs of a class is no
+                       new plan, so no symmetry is left to break; _read lays the counts out)
+    on[s,c] in {0,1}   stage s has a rank on class c (n[c,P] <= |c| on[s,c] for P containing s)
     u[s]   in 1..R     gpu_memory_utilization = u[s] / R
     kv[s]  >= 0        KV MiB per rank (the smallest over the stage's GPUs)
     m[s]   >= 0        KV capacity in thousandths of a max-length request
     h[s]   >= 0        headroom: m[s], capped at 1000 q_s where q_s applies
+    y[s,k] in {0,1}    stage s runs k replicas (vLLM-Omni 0.20+ num_replicas; a stage that
+                       may have more than one): h[s] <= k min(m[s], 1000 q_s): each replica
+                       holds at least the pool's smallest KV (its GPUs share one fraction;
+                       on a larger GPU a replica holds more, which is not counted)
 
 Constraints, one function each:
-    _add_choice          exactly one TP option; as many GPUs as that degree
-    _add_pins            a TP degree or GPU set fixed by the user (--tp, --devices)
-    _add_symmetry        GPUs that no rule tells apart (same kind, same pins) are used in a
-                         canonical order: column p[., g] >=lex p[., g'] for g < g' in a run
-    _add_gpu_capacity    for every GPU g and co-resident set M:
-                         sum_{s in M} d[s,g] <= R (C_g - reserve),
-                         d[s,g] >= C_g u[s] + 2R + R out_o  if p[s,g] and x[s,o]
+    _add_choice          exactly one TP option (and replica count); the stage's GPU count
+                         sum_{c,P containing s} n[c,P] = sum_{o,k} k tp_o x[s,o] y[s,k]
+    _add_pins            a TP degree or GPU set fixed by the user (--tp, --devices); a pinned
+                         stage is on every GPU of the classes it names and on no other
+    _add_gpu_capacity    for every class c, pattern P in use (n[c,P] >= 1) and co-resident M:
+                         sum_{s in P and M} d[s,c] <= R (C_c - reserve),
+                         d[s,c] >= C_c u[s] + 2R + R out_o  if x[s,o]
                          (R x requested + outside; the start-up checks of startup.py follow)
-    _add_kv              R kv[s] <= C_g u[s] - R in_o   for every g with p[s,g] and x[s,o]
-                         generation stages: C_g u[s] >= R in_o
+    _add_kv              R kv[s] <= C_c u[s] - R in_o   if on[s,c] and x[s,o]
+                         generation stages: C_c u[s] >= R in_o
     _add_min_kv          kv[s] >= blocks(L_s) b_o and kv[s] >= blocks(n_s L_s) b_o  if x[s,o]
     _add_capacity_units  m[s] b_o L_s <= 1000 kv[s] MiB if x[s,o] (divided by their gcd);
                          h[s] <= m[s], h[s] <= 1000 q_s
@@ -41,23 +51,24 @@ plan's reported figures are then recomputed in bytes and re-checked by `startup`
 Objective, lexicographic (each phase fixes the optimum of the one before):
     1. maximise z with w_s z <= 100 h[s] for KV stages (the smallest weighted headroom)
     2. maximise sum_s h[s]
+    2b. with replicas: minimise sum_s k y[s,k] (no replica that adds no headroom)
     3. minimise sum_s u[s]: what no stage can use goes back to the GPU as free memory
-    4. canonical tie-break, per stage in order: the lowest sum of device indices, then
-       the largest u[s]
-No coefficient grows with the number of GPUs beyond its index (at most 63).
+    4. canonical tie-break, per stage in order: the fewest GPUs, then the fewest replicas,
+       then the largest u[s]; then per class the counts n[c,.] lexicographically largest
+       in the pattern order (stage 0's patterns first), which _read lays out on the
+       class's GPUs in index order: the plan is unique, whatever the worker count.
 """
 
 from __future__ import annotations
 
-import threading
-import time
-from dataclasses import dataclass
-from enum import Enum
 from math import gcd
 
 from . import defaults as D
 from .problem import MILLI, Problem
+from .solving import Solution, SolveStatus, StageAssignment, lexicographic, run_solver
 from .vllm_facts import MiB
+
+__all__ = ["Model", "Solution", "SolveStatus", "StageAssignment", "feasibility", "run_solver", "solve"]
 
 
 def _down(nbytes: int) -> int:
@@ -66,66 +77,6 @@ def _down(nbytes: int) -> int:
 
 def _up(nbytes: int) -> int:
     return -(-nbytes // MiB)
-
-
-class SolveStatus(str, Enum):
-    OPTIMAL = "optimal"  # every objective phase proven optimal
-    FEASIBLE = "feasible"  # a plan, but some phase ran out of time (see gap and notes)
-    INFEASIBLE = "infeasible"  # proven: no plan satisfies the constraints
-    UNKNOWN = "unknown"  # the time limit came before any plan was found
-
-
-@dataclass(frozen=True)
-class StageAssignment:
-    """The solver's answer for one stage."""
-
-    option_index: int
-    gpus: tuple[int, ...]
-    util_steps: int
-
-
-@dataclass(frozen=True)
-class Solution:
-    status: SolveStatus
-    gap: float  # relative gap of the main objective (0 when proven optimal)
-    solve_seconds: float
-    objective: int  # z, in thousandths of a weighted max-length request
-    assignments: tuple[StageAssignment, ...]
-    headroom_milli: tuple[int, ...] = ()  # h[s] as the model counts it
-    notes: tuple[str, ...] = ()  # phases that did not finish
-
-
-def run_solver(model, time_limit_s: float, workers: int):
-    """Solve `model` once; returns (status, solver). Interruptible: a Ctrl-C stops the
-    search (CP-SAT's own SIGINT handler is not installed) and re-raises KeyboardInterrupt
-    once the solver thread has returned, so no half-finished result is ever used."""
-    from ortools.sat.python import cp_model
-
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.001, time_limit_s)
-    solver.parameters.num_workers = workers
-    solver.parameters.random_seed = D.RANDOM_SEED
-    solver.parameters.catch_sigint_signal = False
-    result: dict[str, object] = {}
-
-    def work() -> None:
-        try:
-            result["status"] = solver.Solve(model)
-        except BaseException as exc:  # re-raised in the caller's thread
-            result["error"] = exc
-
-    thread = threading.Thread(target=work, name="cp-sat", daemon=True)
-    thread.start()
-    try:
-        while thread.is_alive():
-            thread.join(0.05)
-    except KeyboardInterrupt:
-        solver.StopSearch()
-        thread.join()
-        raise
-    if "error" in result:
-        raise result["error"]  # type: ignore[misc]
-    return result["status"], solver
 
 
 class Model:
@@ -144,16 +95,34 @@ class Model:
         self.explain = explain
         self.assume: dict[str, object] = {}
         self.m = cp_model.CpModel()
-        S, G = range(len(problem.stages)), range(len(problem.gpus))
+        S = range(len(problem.stages))
         R = problem.resolution
         self.max_c = max(_down(gpu.total_bytes) for gpu in problem.gpus)
+        self.classes = problem.gpu_classes()
+        self.patterns = _patterns(len(problem.stages))
         self.x = {
             (s, o): self.m.NewBoolVar(f"x[{st.name}][tp={opt.tp}]")
             for s, st in enumerate(problem.stages)
             for o, opt in enumerate(st.options)
         }
-        self.p = {
-            (s, g): self.m.NewBoolVar(f"place[{problem.stages[s].name}][gpu{g}]") for s in S for g in G
+        # n[c,P]: GPUs of class c that hold exactly the stages of pattern P
+        self.n = {
+            (c, P): self.m.NewIntVar(0, len(members), f"n[class{c}][{_pattern_name(problem, P)}]")
+            for c, members in enumerate(self.classes) for P in self.patterns
+        }
+        for c, members in enumerate(self.classes):
+            self.m.Add(sum(self.n[c, P] for P in self.patterns) <= len(members))
+        # on[s,c]: stage s may have a rank on class c (forced by any of its patterns there)
+        self.on = {(s, c): self.m.NewBoolVar(f"on[{problem.stages[s].name}][class{c}]")
+                   for s in S for c in range(len(self.classes))}
+        for (c, P), var in self.n.items():
+            for s in _members(P):
+                self.m.Add(var <= len(self.classes[c]) * self.on[s, c])
+        # y[s,k]: stage s runs k replicas (only stages that may have more than one)
+        self.y = {
+            (s, k): self.m.NewBoolVar(f"replicas[{st.name}]={k}")
+            for s, st in enumerate(problem.stages) if len(st.replica_counts()) > 1 or st.replica_counts()[0] > 1
+            for k in st.replica_counts()
         }
         self.u = {s: self.m.NewIntVar(1, R, f"util[{problem.stages[s].name}]") for s in S}
         # When explaining, kv may go negative (a fraction short of the weights) so that
@@ -162,7 +131,6 @@ class Model:
         self.kv = {s: self.m.NewIntVar(low, self.max_c, f"kv[{problem.stages[s].name}]") for s in S}
         self._add_choice()
         self._add_pins()
-        self._add_symmetry()
         self._add_gpu_capacity()
         self._add_kv()
         self._add_min_kv()
@@ -171,7 +139,8 @@ class Model:
                 s: self.m.NewIntVar(0, _max_milli(problem, s, self.max_c * MiB), f"requests_milli[{problem.stages[s].name}]")
                 for s in S
             }
-            self.h = {s: self.m.NewIntVar(0, _max_milli(problem, s, self.max_c * MiB), f"headroom[{problem.stages[s].name}]")
+            self.h = {s: self.m.NewIntVar(0, problem.stages[s].replica_counts()[-1] * _max_milli(problem, s, self.max_c * MiB),
+                                          f"headroom[{problem.stages[s].name}]")
                       for s in S}
             self._add_capacity_units()
 
@@ -182,65 +151,71 @@ class Model:
                 self.assume[group] = self.m.NewBoolVar(group)
             constraint.OnlyEnforceIf(self.assume[group])
 
+    def gpu_count(self, s: int):
+        """The number of GPUs stage s holds: the sum of n over the patterns that contain it."""
+        return sum(v for (c, P), v in self.n.items() if P >> s & 1)
+
     # --- constraint families ---------------------------------------------------
 
     def _add_choice(self) -> None:
         for s, st in enumerate(self.pb.stages):
             self.m.AddExactlyOne(self.x[s, o] for o in range(len(st.options)))
-            self.m.Add(
-                sum(self.p[s, g] for g in range(len(self.pb.gpus)))
-                == sum(opt.tp * self.x[s, o] for o, opt in enumerate(st.options))
-            )
+            counts = st.replica_counts()
+            if (s, counts[0]) not in self.y:
+                self.m.Add(self.gpu_count(s) == sum(opt.tp * self.x[s, o] for o, opt in enumerate(st.options)))
+                continue
+            # z[o,k] = x[s,o] and y[s,k]: the pool holds k x tp GPUs
+            self.m.AddExactlyOne(self.y[s, k] for k in counts)
+            z = {}
+            for o, opt in enumerate(st.options):
+                for k in counts:
+                    z[o, k] = self.m.NewBoolVar(f"z[{st.name}][tp={opt.tp}][r={k}]")
+                    self.m.AddImplication(z[o, k], self.x[s, o])
+                    self.m.AddImplication(z[o, k], self.y[s, k])
+                    self.m.AddBoolOr([self.x[s, o].Not(), self.y[s, k].Not(), z[o, k]])
+            self.m.Add(self.gpu_count(s) == sum(k * st.options[o].tp * v for (o, k), v in z.items()))
 
     def _add_pins(self) -> None:
         for s, st in enumerate(self.pb.stages):
             if st.pinned_tp is not None:
                 self._require(f"pinned-tp[{st.name}]", self.m.Add(self.x[s, st.option_index(st.pinned_tp)] == 1))
             if st.pinned_devices is not None:
-                for g in range(len(self.pb.gpus)):
-                    on = int(g in st.pinned_devices)
-                    self._require(f"pinned-devices[{st.name}]", self.m.Add(self.p[s, g] == on))
-
-    def _add_symmetry(self) -> None:
-        """Lexicographic order of the placement columns within each run of interchangeable
-        GPUs. Every plan has a relabelled twin that satisfies it, so no optimum is lost."""
-        S = range(len(self.pb.stages))
-        for run in self.pb.interchangeable_runs():
-            for a, b in zip(run, run[1:]):
-                equal_so_far = None  # None: the empty prefix, always equal
-                for s in S:
-                    pa, pb = self.p[s, a], self.p[s, b]
-                    guard = [] if equal_so_far is None else [equal_so_far.Not()]
-                    self.m.AddBoolOr([*guard, pa, pb.Not()])  # equal prefix => pa >= pb
-                    if s == len(S) - 1:
-                        break
-                    nxt = self.m.NewBoolVar(f"lex[gpu{a}>=gpu{b}][{s}]")
-                    self.m.AddBoolOr([*guard, pa.Not(), pb.Not(), nxt])  # both on: still equal
-                    self.m.AddBoolOr([*guard, pa, pb, nxt])  # both off: still equal
-                    equal_so_far = nxt
+                for c, members in enumerate(self.classes):  # a class is all pinned GPUs or none
+                    on_class = sum(v for (cc, P), v in self.n.items() if cc == c and P >> s & 1)
+                    wanted = len(members) if members[0] in st.pinned_devices else 0
+                    self._require(f"pinned-devices[{st.name}]", self.m.Add(on_class == wanted))
 
     def _add_gpu_capacity(self) -> None:
         pb, R = self.pb, self.pb.resolution
-        for g, gpu in enumerate(pb.gpus):
+        for c, members in enumerate(self.classes):
+            gpu = pb.gpus[members[0]]
             demand = {}
             for s, st in enumerate(pb.stages):
                 most = R * (_down(gpu.total_bytes) + 2 + max(_up(opt.memory.outside_bytes) for opt in st.options))
-                d = self.m.NewIntVar(0, most, f"demand[{st.name}][gpu{g}]")
+                d = self.m.NewIntVar(0, most, f"demand[{st.name}][class{c}]")
                 for o, opt in enumerate(st.options):
                     need = _down(gpu.total_bytes) * self.u[s] + 2 * R + R * _up(opt.memory.outside_bytes)
-                    self.m.Add(d >= need).OnlyEnforceIf([self.p[s, g], self.x[s, o]])
+                    self.m.Add(d >= need).OnlyEnforceIf(self.x[s, o])
                 demand[s] = d
             capacity = R * _down(pb.usable_bytes(gpu))
-            for members in pb.coresident:
-                fits = self.m.Add(sum(demand[s] for s in members) <= capacity)
-                self._require(f"capacity[gpu{g}]", fits)
+            for P in self.patterns:
+                active = self.m.NewBoolVar(f"active[class{c}][{_pattern_name(pb, P)}]")
+                self.m.Add(self.n[c, P] <= len(members) * active)
+                for group in pb.coresident:
+                    resident = [s for s in group if P >> s & 1]
+                    if len(resident) < 1:
+                        continue
+                    fits = self.m.Add(sum(demand[s] for s in resident) <= capacity)
+                    fits.OnlyEnforceIf(active)
+                    self._require(f"capacity[gpu{members[0]}]", fits)
 
     def _add_kv(self) -> None:
         R = self.pb.resolution
         for s, st in enumerate(self.pb.stages):
-            for g, gpu in enumerate(self.pb.gpus):
+            for c, members in enumerate(self.classes):
+                gpu = self.pb.gpus[members[0]]
                 for o, opt in enumerate(st.options):
-                    lits = [self.p[s, g], self.x[s, o]]
+                    lits = [self.on[s, c], self.x[s, o]]
                     budget = _down(gpu.total_bytes) * self.u[s] - R * _up(opt.memory.inside_bytes)
                     if st.has_kv:
                         self.m.Add(R * self.kv[s] <= budget).OnlyEnforceIf(lits)
@@ -278,9 +253,19 @@ class Model:
                 self.m.Add(self.mr[s] * (per_request // d) <= (MILLI * MiB // d) * self.kv[s]).OnlyEnforceIf(
                     self.x[s, o]
                 )
-            self.m.Add(self.h[s] <= self.mr[s])
+            counts = st.replica_counts()
+            if (s, counts[0]) not in self.y:
+                self.m.Add(self.h[s] <= self.mr[s])
+                if st.headroom_cap_requests is not None:
+                    self.m.Add(self.h[s] <= MILLI * st.headroom_cap_requests)
+                continue
+            # every replica holds at least the pool's smallest KV: k x capacity, each capped
+            per_replica = self.m.NewIntVar(0, _max_milli(self.pb, s, self.max_c * MiB), f"per_replica[{st.name}]")
+            self.m.Add(per_replica <= self.mr[s])
             if st.headroom_cap_requests is not None:
-                self.m.Add(self.h[s] <= MILLI * st.headroom_cap_requests)
+                self.m.Add(per_replica <= MILLI * st.headroom_cap_requests)
+            for k in counts:
+                self.m.Add(self.h[s] <= k * per_replica).OnlyEnforceIf(self.y[s, k])
 
     # --- solving -----------------------------------------------------------------
 
@@ -288,7 +273,8 @@ class Model:
         """(name, expression, maximise) in the order they are optimised."""
         pb = self.pb
         kv_stages = [s for s, st in enumerate(pb.stages) if st.has_kv]
-        z_max = max([0, *(100 * _max_milli(pb, s, self.max_c * MiB) for s in kv_stages)])
+        z_max = max([0, *(100 * pb.stages[s].replica_counts()[-1] * _max_milli(pb, s, self.max_c * MiB)
+                          for s in kv_stages)])
         z = self.m.NewIntVar(0, z_max, "z")
         for s in kv_stages:
             self.m.Add(pb.stages[s].weight_pct * z <= 100 * self.h[s])
@@ -297,67 +283,83 @@ class Model:
         out: list[tuple[str, object, bool]] = [
             ("smallest weighted headroom", z, True),
             ("total headroom", sum(self.h[s] for s in kv_stages), True),
-            ("fractions given back", sum(self.u.values()), False),
         ]
+        if self.y:
+            out.append(("fewest replicas", sum(k * v for (_, k), v in self.y.items()), False))
+        out.append(("fractions given back", sum(self.u.values()), False))
         for s, st in enumerate(pb.stages):
-            out.append((f"devices of {st.name}", sum(g * self.p[s, g] for g in range(len(pb.gpus))), False))
+            most = st.replica_counts()[-1] + 1
+            replicas = sum(k * v for (ss, k), v in self.y.items() if ss == s)
+            out.append((f"GPUs, then replicas of {st.name}", most * self.gpu_count(s) + replicas, False))
             out.append((f"fraction of {st.name}", self.u[s], True))
+        for c, members in enumerate(self.classes):  # which GPUs share which stages
+            out.extend(_lexicographic(f"layout of GPUs {_span(members)}", [self.n[c, P] for P in self.patterns],
+                                      len(members)))
         return out
 
     def solve_lexicographic(self, time_limit_s: float, workers: int) -> Solution:
-        t0 = time.perf_counter()
-        deadline = t0 + time_limit_s
-        status, gap, objective, notes = SolveStatus.OPTIMAL, 0.0, 0, []
-        best = None
-        for i, (name, expr, maximize) in enumerate(self.phases()):
-            left = deadline - time.perf_counter()
-            if left <= 0:
-                notes.append(f"phase '{name}' and later not run: time limit reached")
-                status = SolveStatus.FEASIBLE
-                break
-            (self.m.Maximize if maximize else self.m.Minimize)(expr)
-            result, solver = run_solver(self.m, left, workers)
-            if result == self.cp.INFEASIBLE:
-                if i == 0:
-                    return Solution(SolveStatus.INFEASIBLE, 0.0, time.perf_counter() - t0, 0, ())
-                raise RuntimeError(f"phase '{name}' infeasible after a feasible phase")  # a modelling bug
-            if result not in (self.cp.OPTIMAL, self.cp.FEASIBLE):
-                if i == 0:
-                    return Solution(SolveStatus.UNKNOWN, 0.0, time.perf_counter() - t0, 0, ())
-                # Out of time without a solution: keep the previous phase's plan.
-                notes.append(f"phase '{name}' found no solution before the time limit")
-                status = SolveStatus.FEASIBLE
-                break
-            value = int(round(solver.ObjectiveValue()))
-            best = self._read(solver)
-            if i == 0:
-                objective = value
-                if result != self.cp.OPTIMAL:
-                    bound = solver.BestObjectiveBound()
-                    gap = abs(bound - value) / max(1.0, abs(value))
-            if result != self.cp.OPTIMAL:
-                status = SolveStatus.FEASIBLE
-                notes.append(f"phase '{name}' not proven optimal before the time limit")
-            # Fix this phase's value before the next phase, and start from this solution.
-            self.m.Add(expr >= value) if maximize else self.m.Add(expr <= value)
-            self._hint(solver)
-            if result != self.cp.OPTIMAL:
-                break  # later phases would fix a value that is not the optimum anyway
-        assignments, headroom = best
-        return Solution(status, gap, time.perf_counter() - t0, objective, assignments, headroom, tuple(notes))
+        return lexicographic(self, time_limit_s, workers)
 
-    def _hint(self, solver) -> None:
+    def hint(self, solver) -> None:
+        """Start the next phase from this solution."""
         self.m.ClearHints()
-        for var in [*self.x.values(), *self.p.values(), *self.u.values()]:
+        for var in [*self.x.values(), *self.n.values(), *self.u.values(), *self.y.values()]:
             self.m.AddHint(var, solver.Value(var))
 
-    def _read(self, solver) -> tuple[tuple[StageAssignment, ...], tuple[int, ...]]:
+    def read(self, solver) -> tuple[tuple[StageAssignment, ...], tuple[int, ...]]:
+        """The assignments and h[s] of a solution."""
+        # Within a class, patterns take GPUs in the order of self.patterns (stage 0's first).
+        stage_gpus: dict[int, list[int]] = {s: [] for s in range(len(self.pb.stages))}
+        for c, members in enumerate(self.classes):
+            free = iter(members)
+            for P in self.patterns:
+                for _ in range(solver.Value(self.n[c, P])):
+                    g = next(free)
+                    for s in _members(P):
+                        stage_gpus[s].append(g)
         out = []
         for s, st in enumerate(self.pb.stages):
             option = next(o for o in range(len(st.options)) if solver.BooleanValue(self.x[s, o]))
-            gpus = tuple(g for g in range(len(self.pb.gpus)) if solver.BooleanValue(self.p[s, g]))
-            out.append(StageAssignment(option_index=option, gpus=gpus, util_steps=solver.Value(self.u[s])))
+            counts = st.replica_counts()
+            replicas = next((k for k in counts if (s, k) in self.y and solver.BooleanValue(self.y[s, k])), counts[0])
+            out.append(StageAssignment(option_index=option, gpus=tuple(sorted(stage_gpus[s])),
+                                       util_steps=solver.Value(self.u[s]), replicas=replicas))
         return tuple(out), tuple(solver.Value(self.h[s]) for s in range(len(self.pb.stages)))
+
+
+def _patterns(num_stages: int) -> list[int]:
+    """The non-empty sets of stages a GPU may hold, as bit masks, stage 0's sets first
+    (the bits read with stage 0 as the most significant): the order GPUs are laid out in."""
+    def key(P: int) -> int:
+        return sum(1 << (num_stages - 1 - s) for s in range(num_stages) if P >> s & 1)
+
+    return sorted(range(1, 1 << num_stages), key=key, reverse=True)
+
+
+def _members(P: int) -> list[int]:
+    return [s for s in range(P.bit_length()) if P >> s & 1]
+
+
+def _pattern_name(problem: Problem, P: int) -> str:
+    return "+".join(problem.stages[s].name for s in _members(P))
+
+
+def _span(members: list[int]) -> str:
+    return ",".join(map(str, members))
+
+
+def _lexicographic(name: str, values: list, most: int) -> list[tuple[str, object, bool]]:
+    """Maximise `values` (each 0..most) lexicographically: one phase with weights
+    (most+1)^i where they fit CP-SAT's 64-bit arithmetic, else one phase per group."""
+    out, group = [], []
+    for v in values:
+        if (most + 1) ** (len(group) + 1) * (most + 1) >= 2 ** 60:
+            out.append(group)
+            group = []
+        group.append(v)
+    if group:
+        out.append(group)
+    return [(name, sum((most + 1) ** (len(g) - 1 - i) * v for i, v in enumerate(g)), True) for g in out]
 
 
 def _max_milli(problem: Problem, s: int, max_bytes: int) -> int:

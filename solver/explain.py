@@ -45,10 +45,14 @@ def _cheapest(st: StageProblem) -> TpOption:
 
 
 def _describe(problem: Problem, group: str, subject: str) -> str:
-    if group == "capacity":
-        gpu = problem.gpus[int(subject[3:])]
+    if group == "capacity":  # subject: the first GPU of a class of interchangeable ones
+        first = int(subject[3:])
+        members = next(c for c in problem.gpu_classes() if c[0] == first)
+        gpu = problem.gpus[first]
+        who = f"GPU {gpu.index} ({gpu.name}) holds" if len(members) == 1 else (
+            f"GPUs {','.join(map(str, members))} ({gpu.name}) each hold")
         return (
-            f"GPU {gpu.index} ({gpu.name}) holds at most {_gib(problem.usable_bytes(gpu))} of stage memory "
+            f"{who} at most {_gib(problem.usable_bytes(gpu))} of stage memory "
             f"(total {_gib(gpu.total_bytes)} less the {_gib(problem.reserve_bytes)} margin)"
         )
     st = _stage(problem, subject)
@@ -79,7 +83,7 @@ def _describe(problem: Problem, group: str, subject: str) -> str:
 
 def infeasible_core(problem: Problem, time_limit_s: float) -> tuple[list[str] | None, bool]:
     """Names of a set of requirement groups of `problem` that conflict, and whether the set
-    is minimal. Groups: capacity[gpuN], fits[stage], max-model-len[stage],
+    is minimal. Groups: capacity[gpuN] (N: the first GPU of its class), fits[stage], max-model-len[stage],
     min-concurrency[stage], pinned-tp[stage], pinned-devices[stage]. None when no conflict
     was proven within `time_limit_s` (the whole search shares that budget)."""
     model = cpsat.Model(problem, explain=True)

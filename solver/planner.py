@@ -7,6 +7,7 @@ before it is returned.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
@@ -48,6 +49,10 @@ class Request:
     global_values: dict[str, int] = field(default_factory=dict)
     allow_untested_tp: bool = False
     pin_kv: bool = False  # write kv_cache_memory_bytes: vLLM then skips its own KV sizing
+    # Replicas per stage: "1" (one copy of each stage), "auto" (the solver chooses per stage),
+    # a number N (every stage N times: N whole pipelines), or None: "1", then "auto" when that
+    # plan leaves a GPU idle.
+    replicas: str | None = None
     calibration: object | None = None  # calibration.Calibration measured from a start-up log
     time_limit_s: float = D.DEFAULT_TIME_LIMIT_S
     workers: int | None = None  # CP-SAT workers; None: defaults.default_workers()
@@ -81,25 +86,37 @@ class StagePlan:
     kv_cache_tokens: int
     kv_bytes_per_gpu: dict[int, int]
     headroom_cap: int | None  # requests beyond which KV is no headroom (None: no cap)
+    num_replicas: int = 1  # devices is then the pool: replica r takes a slice of TP of them
+    replica_kv_tokens: tuple[int, ...] = ()
 
     @property
     def gpu_memory_utilization(self) -> float:
         return round(self.util_steps / self.resolution, 6)
 
+    def replica_devices(self) -> tuple[tuple[int, ...], ...]:
+        tp = self.tensor_parallel_size
+        return tuple(tuple(self.devices[r * tp:(r + 1) * tp]) for r in range(self.num_replicas))
+
+    def replica_headroom(self) -> tuple[float, ...]:
+        """Each replica's counted headroom (capped at max_num_seqs without prefix caching)."""
+        if not self.stage.has_kv_cache:
+            return tuple(0.0 for _ in range(self.num_replicas))
+        values = [t / self.knobs.max_model_len for t in (self.replica_kv_tokens or (self.kv_cache_tokens,))]
+        return tuple(v if self.headroom_cap is None else min(v, float(self.headroom_cap)) for v in values)
+
     @property
     def max_concurrency(self) -> float:
-        """Requests of max_model_len the KV cache holds (vLLM's "Maximum concurrency")."""
+        """Requests of max_model_len the KV caches of all replicas hold (each replica's vLLM
+        prints its own "Maximum concurrency")."""
         if not self.stage.has_kv_cache:
             return 0.0
-        return self.kv_cache_tokens / self.knobs.max_model_len
+        return sum(self.replica_kv_tokens or (self.kv_cache_tokens,)) / self.knobs.max_model_len
 
     @property
     def headroom(self) -> float:
-        """The capacity the objective counts: max_concurrency, capped at max_num_seqs
+        """The capacity the objective counts: over all replicas, each capped at max_num_seqs
         requests when KV beyond them can hold nothing (prefix caching off)."""
-        if self.headroom_cap is None:
-            return self.max_concurrency
-        return min(self.max_concurrency, float(self.headroom_cap))
+        return sum(self.replica_headroom())
 
 
 @dataclass(frozen=True)
@@ -218,6 +235,7 @@ def build_problem(request: Request) -> tuple[Problem, dict[str, StageKnobs]]:
         cap = None
         if st.has_kv_cache and not pipeline.prefix_caching(st, request.schema):
             cap = knobs[st.name].max_num_seqs
+        max_replicas, fixed = _replica_range(request, st, options, pinned_devices, pinned_tp)
         stages.append(
             StageProblem(
                 stage_id=st.stage_id,
@@ -230,6 +248,8 @@ def build_problem(request: Request) -> tuple[Problem, dict[str, StageKnobs]]:
                 pinned_tp=pinned_tp,
                 pinned_devices=pinned_devices,
                 headroom_cap_requests=cap,
+                max_replicas=max_replicas,
+                fixed_replicas=fixed,
             )
         )
     problem = Problem(
@@ -248,6 +268,29 @@ def calibrated(request: Request, stage: str, memory: StageMemory) -> StageMemory
     if cal is None or cal.model != request.pipeline.name:
         return memory
     return cal.apply(stage, memory)
+
+
+def supports_replicas(request: Request) -> bool:
+    """Per-stage replicas exist from vLLM-Omni 0.20 (StageDeployConfig.num_replicas; the
+    legacy runtime.num_replicas in 0.20-0.26): vllm_omni/config/stage_config.py."""
+    return request.version.vllm >= (0, 20)
+
+
+def _replica_range(request: Request, st: StageSpec, options, pinned_devices, pinned_tp) -> tuple[int, int | None]:
+    """(max_replicas, fixed_replicas) of a stage for the request's --replicas."""
+    mode = request.replicas or "1"
+    if mode == "1":
+        return 1, None
+    if not supports_replicas(request):
+        raise InputError(
+            f"--replicas {mode}: vLLM-Omni {request.version.name} has no per-stage replicas (num_replicas is read "
+            "from 0.20); run separate pipelines on separate GPUs and ports instead, with a load balancer in front")
+    if pinned_devices is not None:  # --devices pins one replica to those GPUs
+        return 1, None
+    if mode == "auto":
+        smallest = min(o.tp for o in options)
+        return max(1, len(request.gpus) // smallest), None
+    return int(mode), int(mode)
 
 
 def _check_tp(st: StageSpec, tp: int, num_gpus: int, allowed: list[int], version: OmniVersion) -> None:
@@ -284,7 +327,7 @@ def stage_runs(request: Request, problem: Problem, knobs: dict[str, StageKnobs],
     for st, sp, a in zip(request.pipeline.stages, problem.stages, assignments):
         option = sp.options[a.option_index]
         runs.append(StageRun(st.stage_id, st.name, st.has_kv_cache, a.gpus, option.tp, a.util_steps,
-                             problem.resolution, knobs[st.name], option.memory))
+                             problem.resolution, knobs[st.name], option.memory, replicas=a.replicas))
     if request.pin_kv:  # the pinned figure is the KV the fraction gives: the same start-up
         report = simulate(runs, list(request.gpus), upstream=False, parallel_init=True, margin=request.margin_bytes,
                           exclusive_groups=request.exclusive_indices())
@@ -321,6 +364,8 @@ def assemble(request: Request, problem: Problem, knobs: dict[str, StageKnobs], s
                 kv_cache_tokens=outcome.kv_cache_tokens,
                 kv_bytes_per_gpu=per_gpu if st.has_kv_cache else {},
                 headroom_cap=sp.headroom_cap_requests,
+                num_replicas=run.replicas,
+                replica_kv_tokens=outcome.replica_kv_tokens,
             )
         )
     return Plan(
@@ -350,6 +395,8 @@ def plan(request: Request, on_solve: Callable[[Problem], None] | None = None) ->
     `on_solve` is called once the inputs are validated, just before the solver starts
     (the CLI prints its progress line there).
     """
+    if request.replicas is None:
+        return _plan_default_replicas(request, on_solve)
     problem, knobs = build_problem(request)
     if on_solve is not None:
         on_solve(problem)
@@ -363,6 +410,30 @@ def plan(request: Request, on_solve: Callable[[Problem], None] | None = None) ->
             status="unknown",
         )
     return assemble(request, problem, knobs, solution)
+
+
+def _plan_default_replicas(request: Request, on_solve: Callable[[Problem], None] | None) -> Plan:
+    """The default: one pipeline; when that leaves a GPU idle and the version runs
+    replicas, the solver may also choose replicas per stage, within what is left of the
+    time limit. The better of the two by the objective's first two phases is the plan."""
+    started = time.monotonic()
+    single = plan(replace(request, replicas="1"), on_solve)
+    used = {d for sp in single.stages for d in sp.devices}
+    left = request.time_limit_s - (time.monotonic() - started)
+    if len(used) == len(request.gpus) or not supports_replicas(request) or request.devices or left <= 0:
+        return replace(single, request=request)
+    try:
+        more = plan(replace(request, replicas="auto", time_limit_s=left), on_solve)
+    except NoPlanError:  # time ran out before a replica plan: the single pipeline stands
+        return replace(single, request=request)
+
+    def objective(p: Plan) -> tuple[float, float]:
+        kv = [sp for sp in p.stages if sp.stage.has_kv_cache]
+        return (min((sp.headroom / request.weight.get(sp.stage.name, 1.0) for sp in kv), default=0.0),
+                sum(sp.headroom for sp in kv))
+
+    best = more if objective(more) > objective(single) else single
+    return replace(best, request=request, solve_seconds=single.solve_seconds + more.solve_seconds)
 
 
 @dataclass(frozen=True)
@@ -417,7 +488,8 @@ def recheck(plan_: Plan) -> StartupReport:
     """The start-up model run once more on a finished plan's decisions (tests, tools)."""
     problem, knobs = build_problem(plan_.request)
     assignments = tuple(
-        cpsat.StageAssignment(sp_problem.option_index(sp.tensor_parallel_size), sp.devices, sp.util_steps)
+        cpsat.StageAssignment(sp_problem.option_index(sp.tensor_parallel_size), sp.devices, sp.util_steps,
+                              sp.num_replicas)
         for sp, sp_problem in zip(plan_.stages, problem.stages)
     )
     return startup_report(plan_.request, stage_runs(plan_.request, problem, knobs, assignments))

@@ -40,6 +40,15 @@ class StageProblem:
     # Without prefix caching a request's blocks are freed when it ends, so at most
     # max_num_seqs requests can ever use the cache.
     headroom_cap_requests: int | None = None
+    # Replicas: copies of the stage, each with its own TP group of GPUs (vLLM-Omni 0.20+
+    # num_replicas); they share the TP degree and the fraction. 1..max_replicas.
+    max_replicas: int = 1
+    fixed_replicas: int | None = None
+
+    def replica_counts(self) -> range:
+        if self.fixed_replicas is not None:
+            return range(self.fixed_replicas, self.fixed_replicas + 1)
+        return range(1, self.max_replicas + 1)
 
     def option_index(self, tp: int) -> int:
         return next(i for i, opt in enumerate(self.options) if opt.tp == tp)
@@ -60,11 +69,12 @@ class StageProblem:
             return 0
         return MILLI * kv_bytes // (option.memory.kv_bytes_per_token * self.max_model_len)
 
-    def headroom_milli(self, milli_requests: int) -> int:
-        """The part of a capacity that counts as headroom (capped at max_num_seqs requests)."""
+    def headroom_milli(self, milli_requests: int, replicas: int = 1) -> int:
+        """The part of `replicas` replicas' capacity (each `milli_requests`) that counts as
+        headroom (each replica capped at max_num_seqs requests)."""
         if self.headroom_cap_requests is None:
-            return milli_requests
-        return min(milli_requests, MILLI * self.headroom_cap_requests)
+            return replicas * milli_requests
+        return replicas * min(milli_requests, MILLI * self.headroom_cap_requests)
 
 
 @dataclass(frozen=True)
@@ -85,11 +95,12 @@ class Problem:
     def usable_bytes(self, gpu: Gpu) -> int:
         return gpu.total_bytes - self.reserve_bytes
 
-    def interchangeable_runs(self) -> list[list[int]]:
-        """Runs of GPU indices that no rule tells apart: the same kind and total, and named
-        by exactly the same pinned stages. Swapping two of them changes no figure."""
+    def gpu_classes(self) -> list[list[int]]:
+        """GPU indices that no rule tells apart: the same kind and total, and named by
+        exactly the same pinned stages; swapping two of them changes no figure. In the
+        order of their first GPU."""
         classes: dict[tuple, list[int]] = {}
         for g, gpu in enumerate(self.gpus):
             pins = tuple(s for s, st in enumerate(self.stages) if st.pinned_devices and g in st.pinned_devices)
             classes.setdefault((gpu.name, gpu.total_bytes, pins), []).append(g)
-        return [run for run in classes.values() if len(run) > 1]
+        return list(classes.values())

@@ -17,7 +17,7 @@ import yaml
 from . import __version__
 from .catalog import PLANNED_KEYS  # noqa: F401  (re-exported for tests)
 from .defaults import DEFAULT_BUFFER_GIB, DEFAULT_RESOLUTION
-from .planner import Plan, Request, StagePlan, untested_tp_degrees
+from .planner import Plan, Request, StagePlan
 from .vllm_facts import GiB
 
 
@@ -84,6 +84,8 @@ def command_line(request: Request) -> str:
         parts.append(f"--kv-cache-dtype {r.kv_cache_dtype}")
     if r.allow_untested_tp:
         parts.append("--allow-untested-tp")
+    if r.replicas is not None:
+        parts.append(f"--replicas {r.replicas}")
     if r.pin_kv:
         parts.append("--pin-kv")
     if r.calibration is not None:
@@ -162,8 +164,9 @@ def header(plan: Plan) -> str:
             kv = f"KV {_gib(sp.kv_cache_bytes)} = {sp.kv_cache_tokens} tokens = {sp.max_concurrency:.2f} x {sp.knobs.max_model_len}"
             if sp.headroom_cap is not None:
                 kv += f", headroom {sp.headroom:.2f} (max_num_seqs {sp.knobs.max_num_seqs}, no prefix caching)"
+        replicas = f" x{sp.num_replicas} replicas" if sp.num_replicas > 1 else ""
         lines.append(
-            f"  stage {sp.stage.stage_id} {sp.stage.name}: devices {_devices(sp)} TP={sp.tensor_parallel_size} "
+            f"  stage {sp.stage.stage_id} {sp.stage.name}: devices {_devices(sp)}{replicas} TP={sp.tensor_parallel_size} "
             f"util {sp.gpu_memory_utilization:g}: weights {_gib(sp.memory.weights_bytes)}, "
             f"activations {_gib(sp.memory.activation_bytes)}, {kv} (per rank)"
         )
@@ -171,10 +174,10 @@ def header(plan: Plan) -> str:
 
 
 def _planned_fields(sp: StagePlan, pin_kv: bool = False) -> dict[str, Any]:
-    fields: dict[str, Any] = {
-        "tensor_parallel_size": sp.tensor_parallel_size,
-        "gpu_memory_utilization": sp.gpu_memory_utilization,
-    }
+    fields: dict[str, Any] = {}
+    if sp.num_replicas > 1:  # devices is then the pool (replica r: a consecutive slice of TP ids)
+        fields["num_replicas"] = sp.num_replicas
+    fields.update(tensor_parallel_size=sp.tensor_parallel_size, gpu_memory_utilization=sp.gpu_memory_utilization)
     if sp.stage.has_kv_cache:
         fields["max_model_len"] = sp.knobs.max_model_len
     fields["max_num_seqs"] = sp.knobs.max_num_seqs
@@ -257,11 +260,13 @@ def render_stage_args(plan: Plan) -> str:
         st = sp.stage
         fields = copy.deepcopy(st.legacy_fields)
         entry: dict[str, Any] = {"stage_id": st.stage_id, "stage_type": fields.pop("stage_type", "llm")}
-        runtime = with_planned({}, {"devices": _devices(sp), "max_batch_size": sp.knobs.max_num_seqs},
-                               st.legacy_runtime)
-        entry["runtime"] = runtime
+        planned = _planned_fields(sp, plan.request.pin_kv)
+        runtime_planned = {"devices": _devices(sp), "max_batch_size": sp.knobs.max_num_seqs}
+        if "num_replicas" in planned:  # a runtime key in the legacy schema (0.20-0.26)
+            runtime_planned["num_replicas"] = planned.pop("num_replicas")
+        entry["runtime"] = with_planned({}, runtime_planned, st.legacy_runtime)
         catalog = _legacy_engine_args(st, version)
-        entry["engine_args"] = with_planned({}, _planned_fields(sp, plan.request.pin_kv), catalog)
+        entry["engine_args"] = with_planned({}, planned, catalog)
         entry.update(fields)
         stage_args.append(entry)
     doc: dict[str, Any] = {"stage_args": stage_args}
@@ -347,6 +352,10 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
                 "max_num_batched_tokens": sp.knobs.max_num_batched_tokens,
                 "enforce_eager": sp.knobs.enforce_eager,
                 "kv_cache_bytes_per_gpu": {str(g): b for g, b in sorted(sp.kv_bytes_per_gpu.items())},
+                "num_replicas": sp.num_replicas,
+                "replicas": [{"node": 0, "devices": list(devs), "tensor_parallel_size": sp.tensor_parallel_size,
+                              "headroom": round(h, 4) if sp.stage.has_kv_cache else None}
+                             for devs, h in zip(sp.replica_devices(), sp.replica_headroom())],
                 "memory": {
                     "non_torch_bytes": sp.memory.non_torch_bytes,
                     "persistent_activation_bytes": sp.memory.persistent_bytes,
@@ -389,7 +398,7 @@ def render_table(plan: Plan) -> str:
             (
                 f"{sp.stage.stage_id} {sp.stage.name}",
                 _devices(sp),
-                str(sp.tensor_parallel_size),
+                str(sp.tensor_parallel_size) + (f" x{sp.num_replicas}" if sp.num_replicas > 1 else ""),
                 f"{sp.gpu_memory_utilization:g}",
                 _gib(sp.memory.weights_bytes),
                 _gib(sp.memory.activation_bytes),
@@ -400,7 +409,9 @@ def render_table(plan: Plan) -> str:
             )
         )
     out.append(_table(rows))
-    out.append(f"status: {status_line(plan)}; solved in {plan.solve_seconds:.2f} s; memory in GiB per GPU / per rank")
+    per = "; TP xN: N replicas, KV tokens and headroom summed over them" if any(
+        sp.num_replicas > 1 for sp in plan.stages) else ""
+    out.append(f"status: {status_line(plan)}; solved in {plan.solve_seconds:.2f} s; memory in GiB per GPU / per rank{per}")
     return "\n".join(out) + "\n"
 
 

@@ -32,6 +32,7 @@ from .vllm_facts import GiB
 # warning means it starts, but with less than the plan's safety margin.
 PROBLEM_CODES = {
     "schema-unsupported": "error",
+    "device-layout-invalid": "error",
     "unknown-device": "error",
     "tp-mismatch": "error",
     "tp-not-divisible": "error",
@@ -85,10 +86,15 @@ class StageRun:
     knobs: StageKnobs
     memory: StageMemory | None  # None when the stage cannot be modelled (bad layout)
     kv_pinned_bytes: int | None = None  # kv_cache_memory_bytes: vLLM allocates this, sizing nothing
+    replicas: int = 1  # devices is the pool: replica r takes devices[r*tp:(r+1)*tp]
 
     @property
     def gpu_memory_utilization(self) -> float:
         return round(self.util_steps / self.resolution, 6)
+
+    def replica_devices(self) -> tuple[tuple[int, ...], ...]:
+        tp = self.tensor_parallel_size
+        return tuple(tuple(self.devices[r * tp:(r + 1) * tp]) for r in range(self.replicas))
 
 
 @dataclass(frozen=True)
@@ -98,14 +104,16 @@ class StageOutcome:
     requested_bytes: int  # on the stage's smallest GPU
     budget_bytes_per_gpu: dict[int, int]  # min(free, requested), the worst co-resident set
     kv_cache_bytes: int  # per rank, the smallest over the stage's GPUs
-    kv_cache_tokens: int
+    kv_cache_tokens: int  # per replica, the smallest
+    replica_kv_tokens: tuple[int, ...] = ()  # each replica's, in replica order
 
     @property
     def max_concurrency(self) -> float:
-        """Requests of max_model_len the KV cache holds (vLLM's "Maximum concurrency")."""
+        """Requests of max_model_len the KV caches hold, over all replicas (each replica's
+        vLLM prints its own "Maximum concurrency")."""
         if not self.run.has_kv or self.run.knobs.max_model_len <= 0:
             return 0.0
-        return self.kv_cache_tokens / self.run.knobs.max_model_len
+        return sum(self.replica_kv_tokens or (self.kv_cache_tokens,)) / self.run.knobs.max_model_len
 
 
 @dataclass(frozen=True)
@@ -227,10 +235,16 @@ def simulate(
                 kv = run.kv_pinned_bytes
         has_cache = run.has_kv and run.memory is not None
         tokens = kv_tokens(kv, run.memory.kv_bytes_per_token) if has_cache else 0
+        per_replica: tuple[int, ...] = ()
+        if has_cache and budgets[i]:
+            per_replica = tuple(
+                kv_tokens(run.kv_pinned_bytes or min(budgets[i][d] - run.memory.inside_bytes for d in devs if d in budgets[i]),
+                          run.memory.kv_bytes_per_token)
+                for devs in run.replica_devices() if any(d in budgets[i] for d in devs))
         requested = min((requested_bytes(gpus[d].total_bytes, run.util_steps, run.resolution)
                          for d in run.devices if 0 <= d < len(gpus)), default=0)
         outcomes.append(StageOutcome(run, started[i], requested, budgets[i],
-                                     max(kv, 0) if has_cache else 0, tokens))
+                                     max(kv, 0) if has_cache else 0, tokens, per_replica))
     gpu_outcomes = tuple(
         GpuOutcome(gpu, tuple(r.name for r in runs if gpu.index in r.devices), *fullest[gpu.index], margin)
         for gpu in gpus

@@ -9,7 +9,7 @@ from omni_autoconf.bruteforce import best_objective
 from omni_autoconf.gpus import Gpu
 from omni_autoconf.memory import StageMemory
 from omni_autoconf.problem import Problem, StageProblem, TpOption
-from omni_autoconf.vllm_facts import GiB, MiB
+from omni_autoconf.vllm_facts import GiB
 
 
 def mem(weights_gib: float, kv_per_token: int, outside_gib: float = 0.5, act_gib: float = 0.5) -> StageMemory:
@@ -26,10 +26,11 @@ def mem(weights_gib: float, kv_per_token: int, outside_gib: float = 0.5, act_gib
     )
 
 
-def kv_stage(i, name, weights_gib, kv_per_token, tps=(1,), mml=8192, weight_pct=100, min_requests=1, cap=None):
+def kv_stage(i, name, weights_gib, kv_per_token, tps=(1,), mml=8192, weight_pct=100, min_requests=1, cap=None,
+             max_replicas=1):
     options = tuple(TpOption(tp, mem(weights_gib / tp, kv_per_token // tp)) for tp in tps)
     return StageProblem(i, name, True, options, mml, min_requests=min_requests, weight_pct=weight_pct,
-                        headroom_cap_requests=cap)
+                        headroom_cap_requests=cap, max_replicas=max_replicas)
 
 
 def gen_stage(i, name, weights_gib):
@@ -146,3 +147,45 @@ def test_cpsat_matches_brute_force_on_random_small_instances(seed):
         return
     assert solution.status is cpsat.SolveStatus.OPTIMAL
     assert _objectives(problem, solution) == expected
+
+
+def _random_replica_problem(seed: int) -> Problem:
+    """Up to 4 GPUs of one or two sizes, stages that may run up to 3 replicas."""
+    import random
+
+    rnd = random.Random(1000 + seed)
+    sizes = [rnd.choice([24, 40]) for _ in range(rnd.choice([3, 4]))]
+    if rnd.random() < 0.5:
+        sizes = [sizes[0]] * len(sizes)
+    stages = [
+        kv_stage(0, "a", rnd.uniform(4, 20), rnd.choice([32768, 65536, 131072]), tps=(1, 2),
+                 mml=rnd.choice([8192, 32768]), weight_pct=rnd.choice([100, 200]), max_replicas=rnd.choice([1, 2, 3])),
+        kv_stage(1, "b", rnd.uniform(1, 6), rnd.choice([8192, 20480]), mml=rnd.choice([4096, 16384]),
+                 cap=rnd.choice([None, 1, 2]), max_replicas=rnd.choice([2, 3])),
+    ]
+    if rnd.random() < 0.4:
+        stages.append(gen_stage(2, "c", rnd.uniform(0.2, 2)))
+    return Problem(gpus(*sizes), tuple(stages), 8, int(rnd.uniform(0.5, 2) * GiB))
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_cpsat_matches_brute_force_with_replicas(seed):
+    problem = _random_replica_problem(seed)
+    expected = best_objective(problem)
+    solution = cpsat.solve(problem, time_limit_s=20)
+    if expected is None:
+        assert solution.status is cpsat.SolveStatus.INFEASIBLE
+        return
+    assert solution.status is cpsat.SolveStatus.OPTIMAL
+    assert _objectives(problem, solution) == expected
+    for a in solution.assignments:  # the pool holds replicas x TP GPUs
+        assert len(a.gpus) == a.replicas * problem.stages[solution.assignments.index(a)].options[a.option_index].tp
+
+
+def test_replicas_raise_the_binding_stage():
+    """Two identical GPUs: one stage at one replica leaves a GPU idle; two replicas use it."""
+    one = Problem(gpus(24, 24), (kv_stage(0, "a", 10, 65536),), 20, 1 * GiB)
+    two = Problem(one.gpus, (kv_stage(0, "a", 10, 65536, max_replicas=2),), 20, 1 * GiB)
+    single, double = cpsat.solve(one, 5), cpsat.solve(two, 5)
+    assert double.assignments[0].replicas == 2 and double.assignments[0].gpus == (0, 1)
+    assert double.objective == 2 * single.objective

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import shlex
 import signal
@@ -206,14 +205,16 @@ def _interrupt(args: list[str], delay: float, out: Path, after_start: bool = Fal
 
 
 def test_ctrl_c_mid_solve_exits_130_and_leaves_the_file(tmp_path):
-    # One worker on eight H100s keeps the first objective phase busy for seconds.
+    # One worker on six kinds of GPU keeps the solver busy for seconds.
     out = tmp_path / "plan.yaml"
     out.write_text("the user's file\n")
-    code, err, seconds = _interrupt(["--gpus", "8xH100-80GB", *QWEN3, "--workers", "1"], 0.5, out, after_start=True)
+    gpus = "8xH100-80GB,8xA100-80GB,8xL40S,8xA10,8xA100-40GB,8xRTX4090"
+    code, err, seconds = _interrupt(["--gpus", gpus, *QWEN3, "--workers", "1"], 0.5, out, after_start=True)
     if code == 0:
         pytest.skip("the solve finished before the interrupt on this machine")
     assert code == 130 and seconds < 2.0
-    assert err.strip().splitlines()[1:] == ["omni-autoconf: interrupted; nothing was written"]
+    lines = [line for line in err.strip().splitlines() if "planning" not in line]
+    assert lines == ["omni-autoconf: interrupted; nothing was written"]
     assert out.read_text() == "the user's file\n"
     assert [p.name for p in tmp_path.iterdir()] == ["plan.yaml"]
 

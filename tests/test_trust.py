@@ -85,7 +85,8 @@ def test_identical_gpus_are_used_in_canonical_order():
     result = plan(make_request("qwen3-omni-moe", "8xH100-80GB"))
     used = sorted({d for sp in result.stages for d in sp.devices})
     assert used == list(range(len(used)))
-    assert result.stages[0].devices == tuple(range(result.stages[0].tensor_parallel_size))
+    first = result.stages[0]
+    assert first.devices == tuple(range(first.tensor_parallel_size * first.num_replicas))
 
 
 def test_an_internal_error_is_one_line_with_exit_2(monkeypatch):
@@ -207,8 +208,9 @@ def test_kv_beyond_max_num_seqs_is_given_back():
         if sp.stage.has_kv_cache:
             step = sp.memory.kv_bytes_per_token and (result.gpus[sp.devices[0]].gpu.total_bytes / 100)
             step_requests = step / (sp.memory.kv_bytes_per_token * sp.knobs.max_model_len)
-            assert sp.headroom == min(sp.max_concurrency, sp.knobs.max_num_seqs)
-            assert sp.max_concurrency <= sp.knobs.max_num_seqs + step_requests + 1e-9
+            per_replica = [t / sp.knobs.max_model_len for t in sp.replica_kv_tokens]
+            assert sp.headroom == pytest.approx(sum(min(c, sp.knobs.max_num_seqs) for c in per_replica))
+            assert min(per_replica) <= sp.knobs.max_num_seqs + step_requests + 1e-9  # a larger GPU's replica holds more
 
 
 def test_max_num_seqs_where_the_model_allows():
