@@ -139,9 +139,13 @@ def read_hub(repo_id: str) -> Checkpoint:
     advice = f"pass a local model directory instead of {repo_id!r}"
     if os.environ.get("HF_HUB_OFFLINE", "").strip() not in ("", "0"):
         raise InputError(f"HF_HUB_OFFLINE is set and {repo_id} is not in the cache ({cached}): {advice}")
+    _reachable(advice)
     try:
+        import logging
+
         from huggingface_hub import HfApi, hf_hub_download
 
+        logging.getLogger("huggingface_hub").setLevel(logging.ERROR)  # its retry chatter: we say it in one line
         config_file = hf_hub_download(repo_id, "config.json")
         meta = HfApi().get_safetensors_metadata(repo_id)
     except ImportError:
@@ -156,6 +160,25 @@ def read_hub(repo_id: str) -> Checkpoint:
     cached.parent.mkdir(parents=True, exist_ok=True)
     cached.write_text(json.dumps({"config": config, "tensors": [[t.name, t.dtype, t.nbytes] for t in tensors]}))
     return Checkpoint(repo_id, config, tuple(tensors))
+
+
+HUB_PROBE_TIMEOUT_S = 5.0
+
+
+def _reachable(advice: str) -> None:
+    """Fail in seconds, in one line, when the Hub's host does not answer (huggingface_hub
+    itself retries for about 25 s, printing a warning per retry)."""
+    import socket
+    from urllib.parse import urlparse
+
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").rstrip("/")
+    url = urlparse(endpoint)
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((url.hostname or "", port), timeout=HUB_PROBE_TIMEOUT_S).close()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise InputError(f"cannot reach {endpoint} ({reason}): {advice}") from None
 
 
 def looks_like_hub_id(text: str) -> bool:

@@ -7,14 +7,11 @@ traceback only with --debug.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import signal
 import stat
 import sys
 import tempfile
-import threading
 from typing import Callable, TypeVar
 
 import json
@@ -133,8 +130,10 @@ def exit_interrupted() -> None:
     nothing is left to flush but the standard streams."""
     try:
         sys.stdout.flush()
+    except BaseException:
+        pass
     finally:
-        sys.stderr.write("omni-autoconf: interrupted; nothing was written\n")
+        sys.stderr.write(interrupts.message() + "\n")
         sys.stderr.flush()
         os._exit(EXIT_INTERRUPTED)
 
@@ -193,30 +192,18 @@ def write_output(path: str | None, text: str) -> None:
         umask = os.umask(0)
         os.umask(umask)
         mode = 0o666 & ~umask
-    with _uninterrupted():  # the plan is final: write it whole, or not at all
+    with interrupts.deferred():  # the plan is final: write it whole, or not at all
         fd, tmp = tempfile.mkstemp(prefix=".omni-autoconf-", dir=folder)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 f.write(text)
             os.chmod(tmp, mode)
             os.replace(tmp, target)
+            interrupts.mark_written(path)
         except BaseException:
             if os.path.exists(tmp):
                 os.unlink(tmp)
             raise
-
-
-@contextlib.contextmanager
-def _uninterrupted():
-    """Ignore Ctrl-C for the few milliseconds of the final write (main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def once(values: tuple[str, ...], option: str, default: str | None = None) -> str | None:

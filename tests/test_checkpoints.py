@@ -196,6 +196,23 @@ def test_a_hub_id_offline_says_to_pass_a_directory(tmp_path, monkeypatch):
     assert len(result.stderr.strip().splitlines()) == 1
 
 
+def test_an_unreachable_hub_is_one_line_in_seconds(tmp_path, monkeypatch):
+    import socket
+    import time
+
+    with socket.socket() as probe:  # a local port nobody listens on: connection refused at once
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.setattr("omni_autoconf.checkpoint.CACHE_DIR", tmp_path)
+    t0 = time.perf_counter()
+    result = CliRunner().invoke(main, ["--gpus", "1xH100-80GB", "--model", "some-org/some-model"])
+    assert time.perf_counter() - t0 < 10
+    assert result.exit_code == 2 and f"cannot reach http://127.0.0.1:{port}" in result.stderr
+    assert "pass a local model directory" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
 def test_a_hub_id_is_read_from_the_cache_without_the_network(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr("omni_autoconf.checkpoint.CACHE_DIR", tmp_path)

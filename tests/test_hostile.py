@@ -244,3 +244,31 @@ def test_ctrl_c_while_modules_load_is_one_line_and_130(tmp_path, delay):
     assert "internal error" not in err and "Traceback" not in err
     if code == 130:
         assert out.read_text() == "the user's file\n"
+
+
+def test_a_ctrl_c_during_the_write_waits_for_it_and_says_the_file_is_whole(tmp_path):
+    """The interrupt lands between writing the temporary file and moving it in place."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "plan.yaml"
+    out.write_text("the user's file\n")
+    script = (
+        "import os, signal\n"
+        "from omni_autoconf import cli_common, interrupts\n"
+        "interrupts.install()\n"
+        "real = os.replace\n"
+        "def replace(a, b):\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    real(a, b)\n"
+        "os.replace = replace\n"
+        "try:\n"
+        f"    cli_common.write_output({str(out)!r}, 'the plan\\n')\n"
+        "except KeyboardInterrupt:\n"
+        "    print(interrupts.message())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert out.read_text() == "the plan\n"
+    assert done.stdout.strip() == f"omni-autoconf: interrupted; {out} was written in full before it"
+    assert [p.name for p in tmp_path.iterdir()] == ["plan.yaml"]
