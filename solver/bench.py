@@ -10,7 +10,6 @@ error a planner must not make.
 
 from __future__ import annotations
 
-import json
 import re
 import statistics
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from .gpus import lookup_gpu
 from .hfconfig import pipeline_from_config
 from .memory import StageKnobs, kv_bytes_per_token, kv_tokens, stage_memory
 from .vllm_facts import GiB, OMNI_VERSIONS, OmniVersion
+from .yamlio import parse_json
 
 FIGURES = ("model_loading_gib", "available_kv_gib", "kv_cache_tokens", "kv_bytes_per_token")
 # The documented bound (README): available KV within max(1 GiB, 10%) of what vLLM printed.
@@ -135,7 +135,31 @@ def predict(index: int, entry: dict) -> EntryResult:
         return EntryResult(index, source, model, "skipped", reason=str(exc))
 
 
+# Settings an entry may state, and the range vLLM itself accepts for each (beyond it vLLM
+# refuses to start, so no start-up log can carry the value).
+SETTING_RANGES = {
+    "tensor_parallel_size": (1, 1024),
+    "pipeline_parallel_size": (1, 1024),
+    "max_model_len": (1, 2 ** 31 - 1),
+    "max_num_seqs": (1, 2 ** 31 - 1),
+    "max_num_batched_tokens": (1, 2 ** 31 - 1),
+    "gpu_memory_utilization": (1e-9, 1.0),
+    "gpu_total_gib": (1e-9, 4096.0),
+}
+
+
+def _check_settings(entry: dict) -> None:
+    for key, (low, high) in SETTING_RANGES.items():
+        if entry.get(key) is None:
+            continue
+        value = _number(entry[key])  # None: "default" and the like, a value not stated
+        if value is not None and not low <= value <= high:
+            allowed = f"{low} to {high}" if isinstance(low, int) else f"above 0, at most {high:g}"
+            raise Skip(f"{key} {entry[key]!r} is not a setting vLLM starts with ({allowed})")
+
+
 def _predict(index: int, source: str, model: str, entry: dict) -> EntryResult:
+    _check_settings(entry)
     pp = _number(entry.get("pipeline_parallel_size"))
     if pp is not None and pp > 1:
         raise Skip("pipeline parallelism is not modelled")
@@ -256,10 +280,7 @@ def read_entries(text: str, where: str) -> list[dict]:
     for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
-        try:
-            value = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise InputError(f"{where}: line {n}: not JSON ({exc.msg})") from None
+        value = parse_json(line, f"{where}: line {n}")
         if not isinstance(value, dict):
             raise InputError(f"{where}: line {n}: expected a JSON object")
         entries.append(value)

@@ -40,18 +40,28 @@ class Calibration:
     omni_version: str
     stages: dict[str, StageCorrection]
 
-    def apply(self, stage: str, memory: StageMemory) -> StageMemory:
-        """`memory` with this calibration's corrections for `stage` (unchanged if none)."""
+    def apply(self, stage: str, memory: StageMemory, tensor_parallel_size: int | None = None) -> StageMemory:
+        """`memory` with this calibration's corrections for `stage` (unchanged if none).
+
+        At the TP degree they were measured at, every correction applies. At another
+        degree a measurement says less (per-rank terms change with TP), so only the
+        corrections that raise what the stage needs apply: never optimistic."""
         c = self.stages.get(stage)
         if c is None:
             return memory
+        exact = tensor_parallel_size in (None, c.tensor_parallel_size)
+
+        def pick(predicted: int, corrected: int) -> int:
+            return corrected if exact else max(predicted, corrected)
+
         out = memory
         if c.weights_scale is not None:
-            out = replace(out, weights_bytes=int(out.weights_bytes * c.weights_scale))
+            out = replace(out, weights_bytes=pick(out.weights_bytes, int(out.weights_bytes * c.weights_scale)))
         if c.activation_delta_bytes is not None:
-            out = replace(out, activation_bytes=max(out.persistent_bytes, out.activation_bytes + c.activation_delta_bytes))
+            corrected = max(out.persistent_bytes, out.activation_bytes + c.activation_delta_bytes)
+            out = replace(out, activation_bytes=pick(out.activation_bytes, corrected))
         if c.non_torch_bytes is not None:
-            out = replace(out, non_torch_bytes=c.non_torch_bytes)
+            out = replace(out, non_torch_bytes=pick(out.non_torch_bytes, c.non_torch_bytes))
         if c.graph_bytes is not None and out.graph_reserve_bytes:
             # vLLM-Omni's admission still reserves its 2 GiB: never plan for less.
             out = replace(out, graph_reserve_bytes=max(out.graph_reserve_bytes, c.graph_bytes))
@@ -68,24 +78,83 @@ def to_yaml(cal: Calibration, header: str) -> str:
     return "".join(f"# {line}\n" for line in header.splitlines()) + yaml.safe_dump(doc, sort_keys=False, width=100)
 
 
-def load(path: str) -> Calibration:
-    raw = parse_mapping(read_text(Path(path)), path)
+# What a correction may be: beyond these the log is of another model, TP or GPU, or the
+# file was edited by hand. The exact weights of the bench entries are within 1.9% of the
+# logs (README, Accuracy), so a factor of 2 either way is no calibration of this model.
+WEIGHTS_SCALE_RANGE = (0.5, 2.0)
+MAX_TERM_BYTES = 64 * GiB  # one process's activation delta, non-torch or graph memory
+MAX_CALIBRATION_TP = 64
+
+
+def validate(cal: Calibration, stage_names: list[str] | None = None) -> Calibration:
+    """Refuse (InputError) a calibration whose figures cannot be a measurement."""
+    from math import isfinite
+
+    from .vllm_facts import omni_version
+
+    where = cal.path
+    try:
+        omni_version(cal.omni_version)
+    except InputError:
+        raise InputError(f"{where}: omni_version {cal.omni_version!r} is no vLLM-Omni version this tool knows") from None
+    for name, c in cal.stages.items():
+        if stage_names is not None and name not in stage_names:
+            raise InputError(f"{where}: stage {name!r} is not a stage of {cal.model} ({', '.join(stage_names)})")
+        if not 1 <= c.tensor_parallel_size <= MAX_CALIBRATION_TP:
+            raise InputError(f"{where}: {name}: tensor_parallel_size {c.tensor_parallel_size} is not 1 to "
+                             f"{MAX_CALIBRATION_TP}")
+        if c.weights_scale is not None:
+            low, high = WEIGHTS_SCALE_RANGE
+            if not (isfinite(c.weights_scale) and low <= c.weights_scale <= high):
+                raise InputError(
+                    f"{where}: {name}: the log shows {c.weights_scale:g} times the predicted weights (allowed {low:g} "
+                    f"to {high:g}): a log of another model, TP degree or dtype than the config says")
+        for field, value, lowest in (("activation_delta_bytes", c.activation_delta_bytes, -MAX_TERM_BYTES),
+                                     ("non_torch_bytes", c.non_torch_bytes, 0), ("graph_bytes", c.graph_bytes, 0)):
+            if value is not None and not lowest <= value <= MAX_TERM_BYTES:
+                raise InputError(f"{where}: {name}: {field} {value} is outside {lowest} to {MAX_TERM_BYTES} "
+                                 f"({MAX_TERM_BYTES // GiB} GiB): not a measurement")
+    return cal
+
+
+def _number(value, kind):
+    """int() or float() of a YAML scalar, refusing booleans, NaN and infinities."""
+    from math import isfinite
+
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError(f"{value!r} is not a number")
+    out = kind(value)
+    if isinstance(out, float) and not isfinite(out):
+        raise ValueError(f"{value!r} is not a finite number")
+    return out
+
+
+def load(path: str, stage_names: list[str] | None = None) -> Calibration:
+    raw = parse_mapping(read_text(path), path)
     try:
         stages = {}
-        for name, c in (raw.get("stages") or {}).items():
+        raw_stages = raw.get("stages") or {}
+        if not isinstance(raw_stages, dict):
+            raise TypeError("stages is not a mapping")
+        for name, c in raw_stages.items():
             if not isinstance(c, dict):
                 raise TypeError(f"stage {name} is not a mapping")
+
+            def opt(key, kind):
+                return None if c.get(key) is None else _number(c[key], kind)
+
             stages[str(name)] = StageCorrection(
-                tensor_parallel_size=int(c["tensor_parallel_size"]),
-                weights_scale=None if c.get("weights_scale") is None else float(c["weights_scale"]),
-                activation_delta_bytes=None if c.get("activation_delta_bytes") is None else int(c["activation_delta_bytes"]),
-                non_torch_bytes=None if c.get("non_torch_bytes") is None else int(c["non_torch_bytes"]),
-                graph_bytes=None if c.get("graph_bytes") is None else int(c["graph_bytes"]),
+                tensor_parallel_size=_number(c["tensor_parallel_size"], int),
+                weights_scale=opt("weights_scale", float),
+                activation_delta_bytes=opt("activation_delta_bytes", int),
+                non_torch_bytes=opt("non_torch_bytes", int),
+                graph_bytes=opt("graph_bytes", int),
                 evidence=str(c.get("evidence", "")),
             )
-        return Calibration(path, str(raw["model"]), str(raw["gpu"]), str(raw["omni_version"]), stages)
-    except (KeyError, TypeError, ValueError) as exc:
+        cal = Calibration(path, str(raw["model"]), str(raw["gpu"]), str(raw["omni_version"]), stages)
+    except (KeyError, TypeError, ValueError, OverflowError) as exc:
         raise InputError(f"{path}: not a calibration file written by `omni-autoconf calibrate` ({exc})") from None
+    return validate(cal, stage_names)
 
 
 def fit(parsed, settings, memories: dict[str, StageMemory], model: str, gpu: str, version: str, path: str) -> Calibration:
@@ -127,4 +196,4 @@ def fit(parsed, settings, memories: dict[str, StageMemory], model: str, gpu: str
     if not stages:
         raise InputError("the log has no figure of any stage of the config (Model loading took, Available KV cache "
                          "memory, the memory summary, Graph capturing finished)")
-    return Calibration(path, model, gpu, version, stages)
+    return validate(Calibration(path, model, gpu, version, stages))

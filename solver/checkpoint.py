@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import InputError
-from .yamlio import read_text
+from .yamlio import parse_json, read_text
 
 MAX_HEADER_BYTES = 100 << 20  # a header this large is not a checkpoint's
 CACHE_DIR = Path(os.environ.get("OMNI_AUTOCONF_CACHE", Path.home() / ".cache" / "omni-autoconf"))
@@ -57,11 +57,12 @@ def _header(path: Path) -> list[Tensor]:
             (length,) = struct.unpack("<Q", raw)
             if length > MAX_HEADER_BYTES or 8 + length > size:
                 raise InputError(f"{path}: not a safetensors file (header length {length} for a {size}-byte file)")
-            header = json.loads(f.read(length))
+            text = f.read(length).decode("utf-8")
     except OSError as exc:
         raise InputError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError):
+    except UnicodeDecodeError:
         raise InputError(f"{path}: its safetensors header is not valid JSON") from None
+    header = parse_json(text, f"{path}: its safetensors header")
     return parse_header(header, str(path), data_bytes=size - 8 - length)
 
 
@@ -87,10 +88,7 @@ def parse_header(header, where: str, data_bytes: int | None = None) -> list[Tens
 
 
 def _json(path: Path) -> dict:
-    try:
-        value = json.loads(read_text(path))
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    value = parse_json(read_text(path), str(path))
     if not isinstance(value, dict):
         raise InputError(f"{path}: expected a JSON object")
     return value

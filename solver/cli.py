@@ -185,7 +185,7 @@ def build_request(o: dict):
         allow_untested_tp=o["allow_untested_tp"],
         pin_kv=o["pin_kv"],
         replicas=replicas_option(once(o["replicas"], "--replicas")),
-        calibration=calibration_option(once(o["calibration"], "--calibration"), pipeline),
+        calibration=calibration_option(once(o["calibration"], "--calibration"), pipeline, version, gpus),
         time_limit_s=time_limit_option(once(o["time_limit"], "--time-limit", str(D.DEFAULT_TIME_LIMIT_S))),
         workers=workers_option(once(o["workers"], "--workers")),
     )

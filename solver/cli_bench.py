@@ -15,9 +15,12 @@ from .cli_common import once, run_command, write_output
 from .errors import InputError
 
 
-@click.group("bench")
-def bench_group() -> None:
+@click.group("bench", invoke_without_command=True)
+@click.pass_context
+def bench_group(ctx: click.Context) -> None:
     """Benchmarks of the memory model."""
+    if ctx.invoked_subcommand is None:
+        raise click.UsageError(f"bench needs a subcommand: {', '.join(sorted(bench_group.commands))}")
 
 
 @bench_group.command("accuracy")
@@ -31,12 +34,10 @@ def accuracy_command(entries: str, fmt: tuple[str, ...], debug: bool) -> None:
 
 
 def _accuracy(path: str, fmt: str) -> int:
-    from pathlib import Path
-
     from .bench import read_entries, run
     from .yamlio import read_text
 
-    results, summary = run(read_entries(read_text(Path(path)), path))
+    results, summary = run(read_entries(read_text(path), path))
     if fmt == "json":
         write_output(None, json.dumps({"entries": [r.as_dict() for r in results], "summary": summary}, indent=2) + "\n")
     else:

@@ -56,7 +56,7 @@ def _calibrate(**o) -> int:
                          engine_extras=version.deploy_reads_engine_extras)
     settings = resolve_settings(pipeline, config, version, gpus)
     memories = {rs.spec.name: stage_memory(rs.spec, rs.tensor_parallel_size, rs.knobs, version) for rs in settings}
-    text = "\n".join(read_text(Path(p)) for p in o["logs"])
+    text = "\n".join(read_text(p) for p in o["logs"])
     parsed = parse_log(text)
     gpu = gpus[settings[0].devices[0]].name if settings and settings[0].devices else gpus[0].name
     name = Path(output).name if output not in (None, "-") else "calibration.yaml"

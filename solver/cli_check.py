@@ -66,10 +66,14 @@ def _check(**o) -> int:
                          0.0, D.MAX_BUFFER_GIB, "--buffer")
     exclusive = exclusive_groups(o["exclusive"], pipeline)
     fmt = once(o["fmt"], "--format", "table")
-    check_output_path(once(o["output"], "-o/--output"))
+    output = once(o["output"], "-o/--output")
+    if output is not None and not o["fix"]:
+        raise InputError("check -o writes the file that --fix produces: add --fix, or drop -o (the report goes to "
+                         "stdout)")
+    check_output_path(output)
     config = read_config(o["config"], once(o["platform"], "--platform", "cuda"),
                          engine_extras=version.deploy_reads_engine_extras)
-    calibration = calibration_option(once(o["calibration"], "--calibration"), pipeline)
+    calibration = calibration_option(once(o["calibration"], "--calibration"), pipeline, version, gpus)
     report = check_config(pipeline, list(gpus), version, config, upstream=True if o["upstream"] else None,
                           parallel_init=o["parallel_init"], buffer_bytes=int(buffer_gib * GiB), exclusive=exclusive,
                           calibration=calibration)

@@ -25,7 +25,7 @@ T = TypeVar("T")
 
 # ASCII only: Python's int() and float() also accept full-width and other Unicode digits.
 _INT = re.compile(r"[+]?[0-9]{1,12}")
-_FLOAT = re.compile(r"[+]?([0-9]{1,12}(\.[0-9]{0,17})?|\.[0-9]{1,17})([eE][+-]?[0-9]{1,3})?")
+_FLOAT = re.compile(r"[+-]?([0-9]{1,12}(\.[0-9]{0,17})?|\.[0-9]{1,17})([eE][+-]?[0-9]{1,3})?")
 
 
 def parse_int(text: str, what: str) -> int:
@@ -40,7 +40,7 @@ def parse_float(text: str, what: str) -> float:
     value = float(text.strip())
     if value != value or value in (float("inf"), float("-inf")):
         raise InputError(f"{what}: {text!r} is not a finite number")
-    return value
+    return value + 0.0  # -0.0 -> 0.0; the range check says what a negative value may not be
 
 
 def bounded(value: T, lo, hi, what: str) -> T:
@@ -93,31 +93,34 @@ def expand_global(values: dict[str, T], everything: T | None, pipeline, *, kv_on
 
 def run_command(debug: bool, action: Callable[[], int], on_no_plan: Callable[[NoPlanError], None] | None = None) -> None:
     """Run `action`, turning every outcome into one exit code and, on error, one line."""
+    def traceback_if(wanted: bool) -> None:
+        """--debug: the traceback too, with the exit code the error has without it."""
+        if wanted:
+            import traceback
+
+            traceback.print_exc()
+
     try:
         code = action()
     except NoPlanError as exc:
-        if debug:
-            raise
+        traceback_if(debug)
         if on_no_plan is not None:
             on_no_plan(exc)
         sys.exit(exc.exit_code)
     except AutoconfError as exc:
-        if debug:
-            raise
+        traceback_if(debug)
         click.echo(f"omni-autoconf: error: {one_line(str(exc))}", err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         exit_interrupted()
     except OSError as exc:
-        if debug:
-            raise
+        traceback_if(debug)
         click.echo(f"omni-autoconf: error: {one_line(str(exc) or type(exc).__name__)}", err=True)
         sys.exit(EXIT_NO_ANSWER)
     except Exception as exc:  # a bug: say so in one line, keep the traceback for --debug
         if interrupts.received():  # an interrupt Python turned into another exception
             exit_interrupted()
-        if debug:
-            raise
+        traceback_if(debug)
         click.echo(f"omni-autoconf: internal error: {type(exc).__name__}: {one_line(str(exc))} "
                    "(a bug; re-run with --debug and report it)", err=True)
         sys.exit(EXIT_NO_ANSWER)
@@ -286,12 +289,22 @@ def time_limit_option(text: str) -> float:
     return bounded(parse_float(text, "--time-limit"), D.MIN_TIME_LIMIT_S, D.MAX_TIME_LIMIT_S, "--time-limit")
 
 
-def calibration_option(path: str | None, pipeline):
+def calibration_option(path: str | None, pipeline, version, gpus):
     if path is None:
         return None
     from .calibration import load
 
-    cal = load(path)
+    cal = load(path, [st.name for st in pipeline.stages])
     if cal.model != pipeline.name:
         raise InputError(f"--calibration {path}: measured for {cal.model}, not {pipeline.name}")
+    # It holds for the vLLM-Omni version it was measured on (the memory accounting
+    # differs by version) and, for its non-torch and graph terms, the GPU.
+    if cal.omni_version != version.name:
+        raise InputError(f"--calibration {cal.path}: measured on vLLM-Omni {cal.omni_version}, planning for "
+                         f"{version.name}: calibrate a start-up log of {version.name} (or pass --omni-version "
+                         f"{cal.omni_version})")
+    kinds = sorted({g.name for g in gpus})
+    if cal.gpu not in kinds:
+        raise InputError(f"--calibration {cal.path}: measured on {cal.gpu}, planning for {', '.join(kinds)}: "
+                         "calibrate a start-up log of those GPUs")
     return cal

@@ -207,7 +207,7 @@ def check_config(pipeline: PipelineSpec, gpus: list[Gpu], version: OmniVersion, 
         problems += layout + _engine_problems(rs, version)
         memory = None if layout else stage_memory(rs.spec, rs.tensor_parallel_size, rs.knobs, version)
         if memory is not None and calibration is not None and calibration.model == pipeline.name:
-            memory = calibration.apply(rs.spec.name, memory)
+            memory = calibration.apply(rs.spec.name, memory, rs.tensor_parallel_size)
         steps = round(rs.gpu_memory_utilization * UTIL_RESOLUTION)
         runs.append(StageRun(rs.spec.stage_id, rs.spec.name, rs.spec.has_kv_cache, rs.devices, rs.tensor_parallel_size,
                              steps, UTIL_RESOLUTION, rs.knobs, memory, rs.kv_pinned_bytes, rs.replicas))

@@ -193,6 +193,10 @@ def _setting(flat: dict, devices: Any, where: str, replicas: Any = None) -> Stag
     mode = str(compilation.get("cudagraph_mode", "")).upper()
     if mode.endswith("NONE"):
         eager = True  # no graphs captured, as enforce_eager (vllm_omni/engine/stage_admission.py)
+    for field in ("pipeline_parallel_size", "data_parallel_size"):
+        if (_integer(flat.get(field), where, field) or 1) > 1:
+            raise InputError(f"{where}: {field} {flat[field]} is not modelled (tensor parallelism and replicas are); "
+                             "check cannot judge this file")
     mml = flat.get("max_model_len")
     if isinstance(mml, int) and not isinstance(mml, bool) and mml == -1:
         raise InputError(f"{where}: max_model_len -1 (fit to memory) is not modelled; give a length")
@@ -227,9 +231,14 @@ def _legacy(raw: dict, path: str) -> ConfigFile:
     return ConfigFile(path, "stage-args", tuple(stages), _boolean(raw.get("async_chunk"), path, "async_chunk"))
 
 
+PIPELINE_WIDE_FIELDS = ("enable_prefix_caching", "enable_chunked_prefill", "data_parallel_size", "pipeline_parallel_size")
+
+
 def read_config(path: str, platform: str = "cuda", engine_extras: bool = True) -> ConfigFile:
     """Read a deploy or legacy stage config file. `engine_extras=False` reads a deploy file
     as vLLM-Omni 0.20/0.22 do, which drop a stage's `engine_extras:` mapping."""
+    if not path.strip():
+        raise InputError("an empty file name was given (\"\"); name a file")
     p = Path(path)
     raw = _load_yaml(p)
     if "stage_args" in raw:
@@ -241,13 +250,16 @@ def read_config(path: str, platform: str = "cuda", engine_extras: bool = True) -
     platforms = _mapping(doc.get("platforms"), path, "platforms")
     section = _mapping(platforms.get(platform), path, f"platforms.{platform}")
     entries = _merge_stages(entries, _sequence(section.get("stages"), path, f"platforms.{platform}.stages"))
+    # Top-level engine settings apply to every stage that does not set its own
+    # (vllm_omni/config/stage_config.py _PIPELINE_WIDE_ENGINE_FIELDS, 0.20-0.30).
+    pipeline_wide = {k: doc[k] for k in PIPELINE_WIDE_FIELDS if doc.get(k) is not None}
     stages = []
     for i, entry in enumerate(entries):
         where = f"{path}: stages[{i}]"
         entry = _mapping(entry, where, "a stage")
         runtime = _mapping(entry.get("runtime"), where, "runtime")
         extras = _mapping(entry.get("engine_extras"), where, "engine_extras") if engine_extras else {}
-        flat = {**entry, **_mapping(entry.get("engine_args"), where, "engine_args"), **extras}
+        flat = {**pipeline_wide, **entry, **_mapping(entry.get("engine_args"), where, "engine_args"), **extras}
         # runtime.num_replicas wins over a flat key (vllm_omni 0.22+ _parse_stage_deploy)
         replicas = runtime.get("num_replicas", entry.get("num_replicas"))
         stages.append(_setting(flat, runtime.get("devices", entry.get("devices")), where, replicas))

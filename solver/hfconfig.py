@@ -24,10 +24,24 @@ def _get(cfg: dict, *keys, default=None):
     return default
 
 
-def _int(cfg: dict, where: str, *keys, default=None) -> int:
+MAX_FIELD = 2 ** 31 - 1  # no real geometry comes near; beyond it, the solver's integers would overflow
+
+
+def _int(cfg: dict, where: str, *keys, default=None, least: int = 1) -> int:
+    """A whole-number field (the first of `keys` present), at least `least`: a zero head
+    or layer count is no model, and would divide by zero further on."""
     value = _get(cfg, *keys, default=default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InputError(f"{where}: {keys[0]} must be a whole number, not {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= MAX_FIELD:
+        raise InputError(f"{where}: {keys[0]} must be a whole number from {least} to {MAX_FIELD}, not {value!r}")
+    return value
+
+
+def _mapping(cfg: dict, key: str, where: str) -> dict:
+    value = cfg.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InputError(f"{where}: {key} must be an object, not {value!r}")
     return value
 
 
@@ -35,11 +49,15 @@ def max_position(cfg: dict) -> int:
     """vLLM's derived max_model_len: max_position_embeddings, times a linear/dynamic/yarn
     rope factor (vllm/config/model.py _get_and_verify_max_len)."""
     length = _int(cfg, "config.json", "max_position_embeddings", "n_positions", "max_seq_len", "seq_length", default=2048)
-    rope = cfg.get("rope_scaling") or {}
+    rope = _mapping(cfg, "rope_scaling", "config.json")
     kind = rope.get("rope_type", rope.get("type"))
-    if isinstance(rope, dict) and kind in ("linear", "dynamic", "yarn") and isinstance(rope.get("factor"), (int, float)):
-        base = rope.get("original_max_position_embeddings", length) if kind == "yarn" else length
-        length = int(base * rope["factor"])
+    factor = rope.get("factor")
+    if kind in ("linear", "dynamic", "yarn") and isinstance(factor, (int, float)) and not isinstance(factor, bool):
+        if not 0 < factor <= 1024:
+            raise InputError(f"config.json: rope_scaling factor must be above 0 and at most 1024, not {factor!r}")
+        base = _int(rope, "config.json rope_scaling", "original_max_position_embeddings", default=length) \
+            if kind == "yarn" else length
+        length = int(base * factor)
     return length
 
 
@@ -49,31 +67,35 @@ def _layer_params(cfg: dict, where: str) -> tuple[int, int, int, str, dict[str, 
     layers = _int(cfg, where, "num_hidden_layers")
     heads = _int(cfg, where, "num_attention_heads")
     kv_heads = _int(cfg, where, "num_key_value_heads", default=heads)
+    if heads % kv_heads:  # vLLM's attention needs whole query groups
+        raise InputError(f"{where}: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}")
     geometry: dict[str, Any] = {"num_layers": layers, "hidden_size": hidden, "num_heads": heads,
                                 "num_kv_heads": kv_heads}
     if cfg.get("kv_lora_rank"):  # MLA
         rope, nope = _int(cfg, where, "qk_rope_head_dim"), _int(cfg, where, "qk_nope_head_dim")
         v_head, kv_lora = _int(cfg, where, "v_head_dim"), _int(cfg, where, "kv_lora_rank")
-        q_lora = cfg.get("q_lora_rank")
+        q_lora = _int(cfg, where, "q_lora_rank", default=0, least=0)
         q = heads * (nope + rope)
         attn = (hidden * q_lora + q_lora * q) if q_lora else hidden * q
         attn += hidden * (kv_lora + rope) + kv_lora * heads * (nope + v_head) + heads * v_head * hidden
         geometry.update(head_dim=nope + rope, kv_latent_dim=kv_lora + rope, num_kv_heads=heads)
     else:
-        head_dim = _int(cfg, where, "head_dim", default=hidden // heads)
+        head_dim = _int(cfg, where, "head_dim", default=max(1, hidden // heads))
         q, kv = heads * head_dim, kv_heads * head_dim
         attn = hidden * (q + 2 * kv) + q * hidden
         if cfg.get("attention_bias") or cfg.get("model_type") == "qwen2":
             attn += q + 2 * kv
         geometry["head_dim"] = head_dim
-    experts = _get(cfg, "num_experts", "num_local_experts", "n_routed_experts", default=0) or 0
+    experts = _int(cfg, where, "num_experts", "num_local_experts", "n_routed_experts", default=0, least=0)
     dense_i = _int(cfg, where, "intermediate_size")
     replicated = layers * 2 * hidden + hidden  # norms
     if experts:
         moe_i = _int(cfg, where, "moe_intermediate_size", default=dense_i)
-        shared = _get(cfg, "shared_expert_intermediate_size", default=0) or (
-            (_get(cfg, "n_shared_experts", default=0) or 0) * moe_i)
-        dense_layers = _get(cfg, "first_k_dense_replace", default=0) or 0
+        shared = _int(cfg, where, "shared_expert_intermediate_size", default=0, least=0) or (
+            _int(cfg, where, "n_shared_experts", default=0, least=0) * moe_i)
+        dense_layers = _int(cfg, where, "first_k_dense_replace", default=0, least=0)
+        if dense_layers > layers:
+            raise InputError(f"{where}: first_k_dense_replace {dense_layers} exceeds num_hidden_layers {layers}")
         moe_layers = layers - dense_layers
         mlp = moe_layers * (experts * 3 * hidden * moe_i + 3 * hidden * shared) + dense_layers * 3 * hidden * dense_i
         replicated += moe_layers * hidden * experts  # routers
@@ -124,9 +146,12 @@ def pipeline_from_config(cfg: dict, name: str, where: str = "config.json") -> Pi
     hidden = geometry["hidden_size"]
     embeddings = vocab * hidden * (1 if cfg.get("tie_word_embeddings") else 2)
     dtype = _DTYPES.get(str(cfg.get("torch_dtype", cfg.get("dtype", "bfloat16"))).replace("torch.", ""), "bfloat16")
-    quant = (cfg.get("quantization_config") or {}).get("quant_method")
+    quant = _mapping(cfg, "quantization_config", where).get("quant_method")
     linear_dtype = {"fp8": "fp8", "awq": "int4", "gptq": "int4"}.get(str(quant), None)
-    source = f"{where} ({', '.join(cfg.get('architectures') or [cfg.get('model_type', 'decoder')])})"
+    architectures = cfg.get("architectures") or [str(cfg.get("model_type", "decoder"))]
+    if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
+        raise InputError(f"{where}: architectures must be a list of names, not {architectures!r}")
+    source = f"{where} ({', '.join(architectures)})"
     heads = geometry["num_heads"]
     degrees = [d for d in (1, 2, 4, 8) if heads % d == 0]
     stage = {
@@ -154,11 +179,22 @@ def pipeline_from_config(cfg: dict, name: str, where: str = "config.json") -> Pi
 
     slug = re.sub(r"[^a-z0-9.\-]+", "-", name.rstrip("/").split("/")[-1].lower() if "/" in name and
                   name.startswith((".", "/", "~")) else name.lower()).strip("-.") or "model"
+    from pydantic import ValidationError
+
+    try:
+        return _validated(slug, name, architectures, stage)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        at = ".".join(str(part) for part in first.get("loc", ()))
+        raise InputError(f"{where}: cannot describe this model ({at}: {first.get('msg')})") from None
+
+
+def _validated(slug: str, name: str, architectures: list[str], stage: dict) -> PipelineSpec:
     return PipelineSpec.model_validate({
         "name": slug,
         "hf_id": name,
         "description": f"{name}: a one-stage decoder LLM read from its config.json",
-        "model_arch": (cfg.get("architectures") or ["?"])[0],
+        "model_arch": architectures[0],
         "legacy_versions": "0.12-0.26",
         "legacy_versions_source": "a one-stage pipeline has no stage wiring to name",
         "stages": [stage],

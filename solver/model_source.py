@@ -62,11 +62,16 @@ def from_checkpoint(ckpt: Checkpoint, reference: str) -> ModelSource:
         name = _OMNI[model_type](cfg)
         text, filename = catalog_text(name)
         base = load_pipeline_text(text, filename, config=cfg if lookup_model(name).config else None)
-    elif any(str(a).endswith("ForCausalLM") for a in cfg.get("architectures") or []) or "num_hidden_layers" in cfg:
+    elif any(str(a).endswith("ForCausalLM") for a in _names(cfg.get("architectures"))) or "num_hidden_layers" in cfg:
         base = pipeline_from_config(cfg, reference, where=f"{reference}/config.json")
     else:
         raise InputError(f"{reference}: config.json model_type {model_type!r} is no pipeline this tool covers")
     return exact_weights(base, ckpt, reference)
+
+
+def _names(value) -> list:
+    """config.json `architectures` when it is a list (hfconfig says what else is wrong)."""
+    return value if isinstance(value, list) else []
 
 
 def exact_weights(pipeline: PipelineSpec, ckpt: Checkpoint, reference: str) -> ModelSource:

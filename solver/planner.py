@@ -224,7 +224,7 @@ def build_problem(request: Request) -> tuple[Problem, dict[str, StageKnobs]]:
         if pinned_tp is not None:
             _check_tp(st, pinned_tp, len(gpus), allowed, request.version)
         options = tuple(
-            TpOption(tp=d, memory=calibrated(request, st.name, stage_memory(st, d, knobs[st.name], request.version)))
+            TpOption(tp=d, memory=calibrated(request, st.name, d, stage_memory(st, d, knobs[st.name], request.version)))
             for d in allowed
             if d <= len(gpus)
         )
@@ -262,12 +262,13 @@ def build_problem(request: Request) -> tuple[Problem, dict[str, StageKnobs]]:
     return problem, knobs
 
 
-def calibrated(request: Request, stage: str, memory: StageMemory) -> StageMemory:
-    """The memory terms with the request's calibration applied (when it is for this model)."""
+def calibrated(request: Request, stage: str, tp: int, memory: StageMemory) -> StageMemory:
+    """The memory terms at TP `tp` with the request's calibration applied (when it is for
+    this model)."""
     cal = request.calibration
     if cal is None or cal.model != request.pipeline.name:
         return memory
-    return cal.apply(stage, memory)
+    return cal.apply(stage, memory, tp)
 
 
 def supports_replicas(request: Request) -> bool:

@@ -16,7 +16,7 @@ import yaml
 
 from . import __version__
 from .catalog import PLANNED_KEYS  # noqa: F401  (re-exported for tests)
-from .defaults import DEFAULT_BUFFER_GIB, DEFAULT_RESOLUTION
+from .defaults import DEFAULT_BUFFER_GIB, DEFAULT_RESOLUTION, default_workers
 from .planner import Plan, Request, StagePlan
 from .vllm_facts import GiB
 
@@ -120,7 +120,12 @@ def status_line(plan: Plan) -> str:
     if plan.status == "optimal":
         return "optimal (proven by CP-SAT)"
     text = f"feasible (time limit reached; proven gap {plan.gap:.2%} on the smallest headroom)"
-    return text + "".join(f"; {note}" for note in plan.notes)
+    text += "".join(f"; {note}" for note in plan.notes)
+    # Where the clock stopped the search depends on the machine: only a proven optimum is
+    # the same bytes everywhere.
+    workers = plan.request.workers or default_workers()
+    return text + (f"; a run with --time-limit {_number(plan.request.time_limit_s)} and --workers {workers} "
+                   "may stop at another plan: raise --time-limit for a proven one")
 
 
 def header(plan: Plan) -> str:

@@ -1,4 +1,4 @@
-"""YAML input, bounded: a mapping, or one clear line naming where the text came from.
+"""YAML and JSON input, bounded: a mapping, or one clear line naming where the text came from.
 
 Input files may be hostile: a 500-byte alias bomb expands to billions of nodes, 100,000
 levels of nesting overflow PyYAML's recursive composer, a device file never ends. So a
@@ -19,8 +19,10 @@ from . import defaults as D
 from .errors import InputError
 
 
-def read_text(path: Path, what: str = "") -> str:
+def read_text(path: Path | str, what: str = "") -> str:
     """The UTF-8 text of a regular file of at most MAX_CONFIG_BYTES."""
+    if isinstance(path, str) and not path.strip():  # Path("") would read as the folder "."
+        raise InputError("an empty file name was given (\"\"); name a file")
     name = what or str(path)
     try:
         st = os.stat(path)
@@ -86,3 +88,21 @@ def parse_mapping(text: str, where: str, error: type[InputError] = InputError) -
     if not isinstance(data, dict):
         raise error(f"{where}: expected a mapping at the top level")
     return data
+
+
+def parse_json(text: str, where: str):
+    """A JSON value, or InputError: invalid JSON, nesting Python's decoder cannot follow
+    (it recurses), and the NaN and Infinity literals JSON does not have."""
+    import json
+
+    def no_constant(name: str):
+        raise ValueError(f"{name} is not a JSON number")
+
+    try:
+        return json.loads(text, parse_constant=no_constant)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{where}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    except RecursionError:
+        raise InputError(f"{where}: JSON nested too deeply") from None
+    except ValueError as exc:
+        raise InputError(f"{where}: not valid JSON ({exc})") from None

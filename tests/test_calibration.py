@@ -106,3 +106,66 @@ def test_a_pin_beyond_the_fraction_is_a_warning(tmp_path):
     data = json.loads(run("check", path, *QWEN3, "--format", "json").stdout)
     assert any(p["code"] == "pinned-kv-beyond-fraction" for p in data["problems"])
     assert data["stages"][0]["kv_cache_bytes"] == 20000000000
+
+
+def _edited(tmp_path, cal: Path, edit) -> Path:
+    doc = yaml.safe_load(cal.read_text())
+    edit(doc)
+    out = tmp_path / "edited.yaml"
+    out.write_text(yaml.safe_dump(doc))
+    return out
+
+
+BAD_EDITS = {
+    "negative weights": (lambda d: d["stages"]["thinker"].update(weights_scale=-1.0), "times the predicted weights"),
+    "nan weights": (lambda d: d["stages"]["thinker"].update(weights_scale=float("nan")), "not a finite number"),
+    "huge activation": (lambda d: d["stages"]["thinker"].update(activation_delta_bytes=10 ** 15), "not a measurement"),
+    "negative non-torch": (lambda d: d["stages"]["thinker"].update(non_torch_bytes=-5), "not a measurement"),
+    "boolean TP": (lambda d: d["stages"]["thinker"].update(tensor_parallel_size=True), "not a number"),
+    "TP 0": (lambda d: d["stages"]["thinker"].update(tensor_parallel_size=0), "is not 1 to"),
+    "unknown stage": (lambda d: d["stages"].update(vocoder=dict(d["stages"]["thinker"])), "is not a stage of"),
+    "unknown version": (lambda d: d.update(omni_version="banana"), "no vLLM-Omni version"),
+    "stages a list": (lambda d: d.update(stages=[1, 2]), "not a calibration file"),
+}
+
+
+def test_calibration_figures_no_measurement_gives_are_refused(tmp_path):
+    cal = calibrate(tmp_path)
+    for name, (edit, needle) in BAD_EDITS.items():
+        result = run(*QWEN3, "--calibration", _edited(tmp_path, cal, edit))
+        assert result.exit_code == 2, name
+        assert needle in result.stderr and len(result.stderr.strip().splitlines()) == 1, (name, result.stderr)
+
+
+def test_a_calibration_of_another_version_or_gpu_is_refused(tmp_path):
+    cal = calibrate(tmp_path)
+    other_version = run(*QWEN3, "--omni-version", "0.24", "--calibration", cal)
+    assert other_version.exit_code == 2 and "measured on vLLM-Omni 0.30, planning for 0.24" in other_version.stderr
+    other_gpu = run("--gpus", "2xA100-80GB", "--model", "qwen3-omni-moe", "--calibration", cal)
+    assert other_gpu.exit_code == 2 and "measured on H100-80GB" in other_gpu.stderr
+
+
+def test_calibrating_a_log_of_another_model_is_refused(tmp_path):
+    """The Qwen3-Omni log read as Qwen2.5-Omni-7B: its weights are far from that model's."""
+    result = run("calibrate", LOG, "--config", BUNDLED, "--gpus", "2xH100-80GB", "--model", "qwen2.5-omni-7b")
+    assert result.exit_code == 2 and "times the predicted weights" in result.stderr, result.stderr
+
+
+def test_a_calibration_applies_in_full_only_at_its_tp(tmp_path):
+    from omni_autoconf.calibration import load
+    from omni_autoconf.memory import resolve_knobs, stage_memory
+    from omni_autoconf.catalog import lookup_model
+    from omni_autoconf.vllm_facts import omni_version
+
+    cal = load(str(_edited(tmp_path, calibrate(tmp_path),
+                           lambda d: d["stages"]["thinker"].update(activation_delta_bytes=-2 * 2 ** 30))))
+    pipeline = lookup_model("qwen3-omni-moe")
+    thinker = pipeline.stages[0]
+    version = omni_version("0.30")
+    knobs = resolve_knobs(pipeline, "deploy", version)["thinker"]
+    measured_tp = cal.stages["thinker"].tensor_parallel_size
+    other_tp = 2 if measured_tp == 1 else 1
+    for tp, lowered in ((measured_tp, True), (other_tp, False)):
+        memory = stage_memory(thinker, tp, knobs, version)
+        corrected = cal.apply("thinker", memory, tp)
+        assert (corrected.activation_bytes < memory.activation_bytes) == lowered  # less need: only where measured

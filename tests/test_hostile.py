@@ -272,3 +272,104 @@ def test_a_ctrl_c_during_the_write_waits_for_it_and_says_the_file_is_whole(tmp_p
     assert out.read_text() == "the plan\n"
     assert done.stdout.strip() == f"omni-autoconf: interrupted; {out} was written in full before it"
     assert [p.name for p in tmp_path.iterdir()] == ["plan.yaml"]
+
+
+# --- values no real file holds: one line, exit 2 (review of 2026-12-01) --------------------
+
+LLAMA_CONFIG = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
+                "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+                "intermediate_size": 512, "vocab_size": 1000, "max_position_embeddings": 4096}
+
+
+@pytest.mark.parametrize("change, needle", [
+    ({"num_attention_heads": 0}, "num_attention_heads must be a whole number"),
+    ({"num_key_value_heads": 0}, "num_key_value_heads must be a whole number"),
+    ({"num_key_value_heads": 3}, "not a multiple of num_key_value_heads"),
+    ({"hidden_size": 10 ** 30}, "hidden_size must be a whole number"),
+    ({"rope_scaling": "x"}, "rope_scaling must be an object"),
+    ({"rope_scaling": {"type": "linear", "factor": -2}}, "rope_scaling factor"),
+    ({"quantization_config": 3}, "quantization_config must be an object"),
+    ({"architectures": 5}, "architectures must be a list"),
+    ({"num_experts": "many"}, "num_experts must be a whole number"),
+])
+def test_a_model_directory_with_impossible_config_values_is_one_line(tmp_path, change, needle):
+    import json
+
+    from test_checkpoints import write_safetensors
+
+    (tmp_path / "config.json").write_text(json.dumps({**LLAMA_CONFIG, **change}))
+    write_safetensors(tmp_path / "model.safetensors", {"model.embed_tokens.weight": ("BF16", [1000, 256])})
+    result = run("--gpus", "1xH100-80GB", "--model", tmp_path)
+    assert one_line_error(result) and needle in result.stderr, result.stderr
+
+
+def test_json_nested_too_deeply_or_with_nan_is_one_line(tmp_path):
+    (tmp_path / "config.json").write_text("[" * 100_000)
+    assert one_line_error(run("--gpus", "1xH100-80GB", "--model", tmp_path))
+    entries = tmp_path / "entries.jsonl"
+    entries.write_text('{"model": "qwen3-omni-moe", "available_kv_gib": NaN}\n')
+    result = run("bench", "accuracy", entries)
+    assert one_line_error(result) and "NaN is not a JSON number" in result.stderr
+
+
+def test_bench_entries_with_settings_vllm_refuses_are_skipped_with_the_reason(tmp_path):
+    import json
+
+    lines = [{"model": "qwen3-omni-moe", "gpu": "H100-80GB", "tensor_parallel_size": 0},
+             {"model": "qwen3-omni-moe", "gpu": "H100-80GB", "gpu_memory_utilization": 1e300},
+             {"model": "qwen3-omni-moe", "gpu": "H100-80GB", "max_model_len": -5},
+             {"model": "x", "config": {**LLAMA_CONFIG, "num_attention_heads": 0}}]
+    entries = tmp_path / "entries.jsonl"
+    entries.write_text("".join(json.dumps(e) + "\n" for e in lines))
+    result = run("bench", "accuracy", entries, "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)  # strict JSON: no NaN or Infinity
+    assert [e["status"] for e in doc["entries"]] == ["skipped"] * 4
+    assert "tensor_parallel_size 0 is not a setting vLLM starts with" in doc["entries"][0]["reason"]
+    assert "num_attention_heads" in doc["entries"][3]["reason"]
+
+
+def test_small_usage_errors_are_one_clear_line(tmp_path):
+    assert one_line_error(bench := run("bench")) and "bench needs a subcommand: accuracy" in bench.stderr
+    buffer = run("--gpus", "2xH100-80GB", *QWEN3, "--buffer", "-1")
+    assert one_line_error(buffer) and "out of range" in buffer.stderr
+    for args in (["--gpus", "2xH100-80GB", *QWEN3, "--calibration", ""], ["bench", "accuracy", ""],
+                 ["check", "", "--gpus", "2xH100-80GB", *QWEN3]):
+        result = run(*args)
+        assert one_line_error(result) and "empty file name" in result.stderr, args
+    config = Path(__file__).parent.parent / "examples" / "qwen3-omni-moe.2xH100-80GB.deploy.yaml"
+    stray_output = run("check", config, "--gpus", "2xH100-80GB", *QWEN3, "-o", tmp_path / "x.yaml")
+    assert one_line_error(stray_output) and "add --fix" in stray_output.stderr
+
+
+def test_debug_shows_the_traceback_and_keeps_the_exit_code():
+    result = run("--gpus", "0xH100-80GB", *QWEN3, "--debug")
+    assert result.exit_code == 2 and "Traceback" in result.stderr and "at least 1" in result.stderr
+
+
+def test_top_level_engine_settings_reach_every_stage_as_in_vllm_omni(tmp_path):
+    config = Path(__file__).parent.parent / "examples" / "qwen3-omni-moe.2xH100-80GB.deploy.yaml"
+    text = config.read_text()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text.replace("enable_prefix_caching: false", "enable_prefix_caching: 7"))
+    result = run("check", bad, "--gpus", "2xH100-80GB", *QWEN3)
+    assert one_line_error(result) and "enable_prefix_caching 7 is not a boolean" in result.stderr
+    pp = tmp_path / "pp.yaml"
+    pp.write_text(text + "pipeline_parallel_size: 2\n")
+    result = run("check", pp, "--gpus", "2xH100-80GB", *QWEN3)
+    assert one_line_error(result) and "pipeline_parallel_size 2 is not modelled" in result.stderr
+
+
+def test_a_time_limited_plan_says_how_to_reproduce_it():
+    """Where the clock stopped the search depends on the machine: the header says so."""
+    import dataclasses
+
+    from conftest import make_request
+    from omni_autoconf.planner import plan
+    from omni_autoconf.render import render_deploy
+
+    proven = plan(make_request("qwen3-omni-moe", "2xH100-80GB", time_limit_s=0.5, workers=3))
+    assert "may stop at another plan" not in render_deploy(proven)
+    stopped = dataclasses.replace(proven, status="feasible", gap=0.25)
+    status = render_deploy(stopped).splitlines()[2]
+    assert "feasible" in status and "a run with --time-limit 0.5 and --workers 3 may stop at another plan" in status
