@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 START, END = "<!-- solve-times:start -->", "<!-- solve-times:end -->"
 
-# (label, --gpus): 1, 2, 8, 16 and 64 GPUs, one kind and mixed.
+# (label, --gpus[, --nodes]): 1, 2, 8, 16 and 64 GPUs, one kind and mixed, one host or 8.
 INVENTORIES = [
     ("1 GPU", "1xH100-80GB"),
     ("2 GPUs", "2xH100-80GB"),
@@ -33,17 +33,18 @@ INVENTORIES = [
     ("16 GPUs mixed", "8xH100-80GB,8xA100-80GB"),
     ("64 GPUs", "64xH100-80GB"),
     ("64 GPUs mixed", "32xH100-80GB,16xA100-80GB,16xL40S"),
+    ("8 hosts x 8 GPUs", "8xH100-80GB", 8),
 ]
 
 
-def _request(model: str, gpus: str, **kw):
+def _request(model: str, gpus: str, nodes: int | None = None, **kw):
     from omni_autoconf.catalog import lookup_model
-    from omni_autoconf.gpus import parse_gpus
+    from omni_autoconf.gpus import parse_inventory
     from omni_autoconf.planner import Request
     from omni_autoconf.vllm_facts import omni_version
 
     version = omni_version("0.30")
-    return Request(pipeline=lookup_model(model), gpus=tuple(parse_gpus(gpus)), version=version,
+    return Request(pipeline=lookup_model(model), gpus=tuple(parse_inventory(gpus, nodes)), version=version,
                    schema=version.schema, **kw)
 
 
@@ -54,10 +55,10 @@ def scale_rows() -> list[list[str]]:
 
     rows = []
     for model in sorted(model_catalog()):
-        for label, gpus in INVENTORIES:
+        for label, gpus, *nodes in INVENTORIES:
             t0 = time.perf_counter()
             try:
-                result = plan(_request(model, gpus))
+                result = plan(_request(model, gpus, *nodes))
             except NoPlanError as exc:
                 rows.append([model, label, exc.status, "-", "-", "-", "-", f"{time.perf_counter() - t0:.2f}"])
                 continue

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from omni_autoconf.catalog import lookup_model
 from omni_autoconf.gpus import parse_gpus
-from omni_autoconf.planner import Placement, Request, evaluate, plan
+from omni_autoconf.evaluation import Placement, evaluate
+from omni_autoconf.planner import Request, plan
 from omni_autoconf.vllm_facts import GiB, omni_version
 
 # vllm-omni 0.30 deploy/qwen3_omni_moe.yaml ("verified on 2x H100"): stage 0 on cuda:0

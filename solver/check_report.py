@@ -7,7 +7,7 @@ from typing import Any
 
 from . import __version__
 from .configcheck import CheckReport
-from .render import _table
+from .summary import text_table as _table
 from .vllm_facts import GiB
 
 

@@ -79,7 +79,10 @@ def workers_option(text: str | None) -> int | None:
 
 
 @click.group(cls=OneLineErrors, invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--gpus", "gpus_text", multiple=True, metavar="NxNAME[,...]", help="GPUs in CUDA order, e.g. 2xH100-80GB or 1xH100-80GB,1xA100-40GB; `local` reads them through NVML.")
+@click.option("--gpus", "gpus_text", multiple=True, metavar="NxNAME[,...]",
+              help="GPUs in CUDA order, e.g. 2xH100-80GB or 1xH100-80GB,1xA100-40GB; `local` reads them through NVML; "
+                   "hosts: node0=8xH100-80GB;node1=4xL40S.")
+@click.option("--nodes", multiple=True, metavar="N", help="N identical hosts, each with the --gpus given (vLLM-Omni 0.22+).")
 @click.option("--model", "model_name", multiple=True, metavar="NAME|DIR|ORG/NAME",
               help="A catalog pipeline (see `omni-autoconf models`), a local Hugging Face model directory, or a Hub id.")
 @click.option("--omni-version", multiple=True, metavar="X.Y",
@@ -100,8 +103,8 @@ def workers_option(text: str | None) -> int | None:
 @click.option("--kv-cache-dtype", multiple=True, type=click.Choice(["auto", "fp8"]), help="Default: auto.")
 @click.option("--allow-untested-tp", is_flag=True, help="Also plan TP degrees no upstream config or test runs (the header says so).")
 @click.option("--replicas", multiple=True, metavar="N|auto",
-              help="Replicas per stage (vLLM-Omni 0.20+): N of every stage, or auto: the solver chooses. Default: 1, "
-                   "then auto when one pipeline leaves a GPU idle.")
+              help="Replicas per stage (vLLM-Omni 0.20+): N of every stage, or auto: the solver chooses. Default: auto "
+                   "from 0.20 (a replica that adds no headroom is never planned), 1 before.")
 @click.option("--pin-kv", is_flag=True, help="Write each KV stage's planned kv_cache_memory_bytes (vLLM then sizes no KV itself).")
 @click.option("--calibration", multiple=True, metavar="FILE", help="Apply the corrections `omni-autoconf calibrate` measured.")
 @click.option("--buffer", "buffer_gib", multiple=True, metavar="GIB",
@@ -161,7 +164,8 @@ def build_request(o: dict):
             globals_[option.replace("-", "_")] = everything
     min_conc, min_conc_all = stagewise("min-concurrency", parse_int, kv_only=True)
     weight, weight_all = stagewise("weight", parse_float, kv_only=True)
-    gpus = gpus_option(gpus_text)
+    nodes = once(o["nodes"], "--nodes")
+    gpus = gpus_option(gpus_text, None if nodes is None else bounded(parse_int(nodes, "--nodes"), 1, D.MAX_GPUS, "--nodes"))
     return Request(
         pipeline=pipeline,
         model_ref=source.reference,
@@ -192,13 +196,19 @@ def build_request(o: dict):
 
 
 def _plan_command(**o) -> int:
+    from .gpus import node_names
     from .planner import plan
-    from .render import RENDERERS, ensure_renderable, render_json, render_table
+    from .render import RENDERERS, ensure_renderable
+    from .summary import render_json, render_table
 
     request = build_request(o)
     fmt = once(o["fmt"], "--format", "yaml")
     output = once(o["output"], "-o/--output")
-    check_output_path(output)
+    hosts = len(node_names(request.gpus))
+    if hosts > 1 and fmt == "yaml":
+        check_output_folder(output, hosts)
+    else:
+        check_output_path(output)
     ensure_renderable(request)
 
     def replicas_note(problem) -> str:
@@ -219,13 +229,47 @@ def _plan_command(**o) -> int:
     except NoPlanError as exc:
         attach_fixes(exc, request, o["quiet"])
         raise
-    text = render_json(result) if fmt == "json" else RENDERERS[request.schema](result)
-    write_output(output, text)
+    if hosts > 1 and fmt == "yaml":
+        written = write_host_files(result, output)
+    else:
+        write_output(output, render_json(result) if fmt == "json" else RENDERERS[request.schema](result))
+        written = [] if output in (None, "-") else [output]
     if not o["quiet"]:
         click.echo(render_table(result), err=True, nl=False)
-        if output not in (None, "-"):
-            click.echo(f"omni-autoconf: wrote {output}", err=True)
+        if written:
+            click.echo(f"omni-autoconf: wrote {', '.join(written)}", err=True)
     return 0
+
+
+def check_output_folder(output: str | None, hosts: int) -> None:
+    import os
+
+    if output in (None, "-"):
+        raise InputError(f"a plan over {hosts} hosts is one deploy file per host and launch.sh: give -o FOLDER "
+                         "(or --format json for stdout)")
+    if os.path.exists(output) and not os.path.isdir(output):
+        raise InputError(f"-o {output}: a plan over {hosts} hosts writes a folder; {output} is not one")
+    parent = os.path.dirname(os.path.abspath(output))
+    if not os.path.isdir(parent):
+        raise InputError(f"-o {output}: folder {parent} does not exist")
+
+
+def write_host_files(result, folder: str) -> list[str]:
+    """One deploy file per host and launch.sh, each written atomically."""
+    import os
+
+    from .multihost import file_name, launch_script, layouts
+    from .render import header, render_deploy
+
+    os.makedirs(folder, exist_ok=True)
+    written = []
+    for layout in layouts(result):
+        path = os.path.join(folder, file_name(layout.node))
+        write_output(path, render_deploy(result, layout))
+        written.append(path)
+    path = os.path.join(folder, "launch.sh")
+    write_output(path, launch_script(result, header(result)))
+    return [*written, path]
 
 
 @main.command("gpus")

@@ -54,7 +54,7 @@ def _fmt(value, digits: int = 2) -> str:
 
 
 def render_accuracy(results, summary) -> str:
-    from .render import _table
+    from .summary import text_table as _table
 
     rows = [("#", "model", "weights GiB (pred/obs)", "KV GiB (pred/obs)", "KV error", "tokens (pred/obs)",
              "bytes/token", "status")]

@@ -216,14 +216,16 @@ def once(values: tuple[str, ...], option: str, default: str | None = None) -> st
     return values[0] if values else default
 
 
-def gpus_option(text: str):
-    from .gpus import parse_gpus
+def gpus_option(text: str, nodes: int | None = None):
+    from .gpus import parse_inventory
 
     if text.strip().lower() == "local":
+        if nodes is not None:
+            raise InputError("--gpus local reads this host only; with --nodes name the GPUs of one host")
         from .nvml import read_local_gpus
 
         return tuple(read_local_gpus())
-    return tuple(parse_gpus(text))
+    return tuple(parse_inventory(text, nodes))
 
 
 def _no_plan_text(exc: NoPlanError) -> str:

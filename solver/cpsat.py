@@ -1,8 +1,8 @@
 r"""The CP-SAT model: place stages on GPUs and size their fractions.
 
 Notation (the code uses the same names):
-    s in S      stages;  c in K  classes of interchangeable GPUs (same kind and total C_c,
-                pinned by the same stages: Problem.gpu_classes), |c| GPUs each
+    s in S      stages;  c in K  classes of interchangeable GPUs (same host, kind and total
+                C_c, pinned by the same stages: Problem.gpu_classes), |c| GPUs each;  h  hosts
     P in 2^S    patterns: the set of stages one GPU holds (a bit mask, stage 0 = bit 0)
     R           resolution (fraction steps per 1.0)
     o in O_s    TP options of stage s, with per-rank memory: in_o (inside the fraction),
@@ -30,6 +30,11 @@ Variables:
 Constraints, one function each:
     _add_choice          exactly one TP option (and replica count); the stage's GPU count
                          sum_{c,P containing s} n[c,P] = sum_{o,k} k tp_o x[s,o] y[s,k]
+    _add_hosts           with several hosts (classes never span one): on host h stage s holds
+                         whole TP groups, sum_{c on h, P containing s} n[c,P] = sum_o tp_o r[s,h,o],
+                         r[s,h,o] <= K x[s,o], and sum_{h,o} r[s,h,o] = its replica count;
+                         identical hosts in order: their pattern-count vectors are
+                         lexicographically non-increasing (one weighted sum per pair)
     _add_pins            a TP degree or GPU set fixed by the user (--tp, --devices); a pinned
                          stage is on every GPU of the classes it names and on no other
     _add_gpu_capacity    for every class c, pattern P in use (n[c,P] >= 1) and co-resident M:
@@ -64,6 +69,7 @@ from __future__ import annotations
 from math import gcd
 
 from . import defaults as D
+from .patterns import lexicographic_phases, pattern_name, patterns, span, stages_of
 from .problem import MILLI, Problem
 from .solving import Solution, SolveStatus, StageAssignment, lexicographic, run_solver
 from .vllm_facts import MiB
@@ -99,7 +105,7 @@ class Model:
         R = problem.resolution
         self.max_c = max(_down(gpu.total_bytes) for gpu in problem.gpus)
         self.classes = problem.gpu_classes()
-        self.patterns = _patterns(len(problem.stages))
+        self.patterns = patterns(len(problem.stages))
         self.x = {
             (s, o): self.m.NewBoolVar(f"x[{st.name}][tp={opt.tp}]")
             for s, st in enumerate(problem.stages)
@@ -107,7 +113,7 @@ class Model:
         }
         # n[c,P]: GPUs of class c that hold exactly the stages of pattern P
         self.n = {
-            (c, P): self.m.NewIntVar(0, len(members), f"n[class{c}][{_pattern_name(problem, P)}]")
+            (c, P): self.m.NewIntVar(0, len(members), f"n[class{c}][{pattern_name(problem, P)}]")
             for c, members in enumerate(self.classes) for P in self.patterns
         }
         for c, members in enumerate(self.classes):
@@ -116,7 +122,7 @@ class Model:
         self.on = {(s, c): self.m.NewBoolVar(f"on[{problem.stages[s].name}][class{c}]")
                    for s in S for c in range(len(self.classes))}
         for (c, P), var in self.n.items():
-            for s in _members(P):
+            for s in stages_of(P):
                 self.m.Add(var <= len(self.classes[c]) * self.on[s, c])
         # y[s,k]: stage s runs k replicas (only stages that may have more than one)
         self.y = {
@@ -130,6 +136,7 @@ class Model:
         low = -max(_up(o.memory.inside_bytes) for st in problem.stages for o in st.options) if explain else 0
         self.kv = {s: self.m.NewIntVar(low, self.max_c, f"kv[{problem.stages[s].name}]") for s in S}
         self._add_choice()
+        self._add_hosts()
         self._add_pins()
         self._add_gpu_capacity()
         self._add_kv()
@@ -175,6 +182,57 @@ class Model:
                     self.m.AddBoolOr([self.x[s, o].Not(), self.y[s, k].Not(), z[o, k]])
             self.m.Add(self.gpu_count(s) == sum(k * st.options[o].tp * v for (o, k), v in z.items()))
 
+    def replica_count(self, s: int):
+        """The number of replicas of stage s: a variable's sum, or the one fixed count."""
+        st = self.pb.stages[s]
+        if (s, st.replica_counts()[0]) not in self.y:
+            return st.replica_counts()[0]
+        return sum(k * self.y[s, k] for k in st.replica_counts())
+
+    def _add_hosts(self) -> None:
+        """A TP group never spans hosts: on each host a stage holds whole replicas,
+        r[s,h,o] of them at TP option o (tp_o GPUs each), and they add up to its count."""
+        nodes = self.pb.nodes()
+        if len(nodes) < 2:
+            return
+        host_classes = {h: [c for c, members in enumerate(self.classes) if self.pb.gpus[members[0]].node == h]
+                        for h in nodes}
+        for s, st in enumerate(self.pb.stages):
+            most = st.replica_counts()[-1]
+            per_host = []
+            for h in nodes:
+                held = sum(v for (c, P), v in self.n.items() if c in host_classes[h] and P >> s & 1)
+                r = {o: self.m.NewIntVar(0, most, f"replicas_on[{st.name}][{h}][tp={opt.tp}]")
+                     for o, opt in enumerate(st.options)}
+                for o in r:
+                    self.m.Add(r[o] <= most * self.x[s, o])
+                self.m.Add(held == sum(st.options[o].tp * v for o, v in r.items()))
+                per_host.extend(r.values())
+            self.m.Add(sum(per_host) == self.replica_count(s))
+        self._add_host_symmetry(nodes, host_classes)
+
+    def _add_host_symmetry(self, nodes: list[str], host_classes: dict[str, list[int]]) -> None:
+        """Identical hosts (the same GPUs in the same order, no pins) are used in order:
+        each one's pattern counts are lexicographically at least the next one's, so
+        relabelling hosts makes no new plan. Encoded as one weighted sum per pair where
+        the weights fit in 62 bits; beyond that the pair is left to the search."""
+        def shape(h: str):
+            return [(self.pb.gpus[self.classes[c][0]].name, len(self.classes[c]),
+                     any(st.pinned_devices and self.classes[c][0] in st.pinned_devices for st in self.pb.stages))
+                    for c in host_classes[h]]
+
+        for a, b in zip(nodes, nodes[1:]):
+            if shape(a) != shape(b) or any(pinned for *_, pinned in shape(a)):
+                continue
+            most = max(len(self.classes[c]) for c in host_classes[a]) + 1
+            length = len(host_classes[a]) * len(self.patterns)
+            if most ** length >= 2 ** 62:
+                continue
+            def weighted(h: str):
+                values = [self.n[c, P] for c in host_classes[h] for P in self.patterns]
+                return sum(most ** (length - 1 - i) * v for i, v in enumerate(values))
+            self.m.Add(weighted(a) >= weighted(b))
+
     def _add_pins(self) -> None:
         for s, st in enumerate(self.pb.stages):
             if st.pinned_tp is not None:
@@ -199,7 +257,7 @@ class Model:
                 demand[s] = d
             capacity = R * _down(pb.usable_bytes(gpu))
             for P in self.patterns:
-                active = self.m.NewBoolVar(f"active[class{c}][{_pattern_name(pb, P)}]")
+                active = self.m.NewBoolVar(f"active[class{c}][{pattern_name(pb, P)}]")
                 self.m.Add(self.n[c, P] <= len(members) * active)
                 for group in pb.coresident:
                     resident = [s for s in group if P >> s & 1]
@@ -293,7 +351,7 @@ class Model:
             out.append((f"GPUs, then replicas of {st.name}", most * self.gpu_count(s) + replicas, False))
             out.append((f"fraction of {st.name}", self.u[s], True))
         for c, members in enumerate(self.classes):  # which GPUs share which stages
-            out.extend(_lexicographic(f"layout of GPUs {_span(members)}", [self.n[c, P] for P in self.patterns],
+            out.extend(lexicographic_phases(f"layout of GPUs {span(members)}", [self.n[c, P] for P in self.patterns],
                                       len(members)))
         return out
 
@@ -315,7 +373,7 @@ class Model:
             for P in self.patterns:
                 for _ in range(solver.Value(self.n[c, P])):
                     g = next(free)
-                    for s in _members(P):
+                    for s in stages_of(P):
                         stage_gpus[s].append(g)
         out = []
         for s, st in enumerate(self.pb.stages):
@@ -325,41 +383,6 @@ class Model:
             out.append(StageAssignment(option_index=option, gpus=tuple(sorted(stage_gpus[s])),
                                        util_steps=solver.Value(self.u[s]), replicas=replicas))
         return tuple(out), tuple(solver.Value(self.h[s]) for s in range(len(self.pb.stages)))
-
-
-def _patterns(num_stages: int) -> list[int]:
-    """The non-empty sets of stages a GPU may hold, as bit masks, stage 0's sets first
-    (the bits read with stage 0 as the most significant): the order GPUs are laid out in."""
-    def key(P: int) -> int:
-        return sum(1 << (num_stages - 1 - s) for s in range(num_stages) if P >> s & 1)
-
-    return sorted(range(1, 1 << num_stages), key=key, reverse=True)
-
-
-def _members(P: int) -> list[int]:
-    return [s for s in range(P.bit_length()) if P >> s & 1]
-
-
-def _pattern_name(problem: Problem, P: int) -> str:
-    return "+".join(problem.stages[s].name for s in _members(P))
-
-
-def _span(members: list[int]) -> str:
-    return ",".join(map(str, members))
-
-
-def _lexicographic(name: str, values: list, most: int) -> list[tuple[str, object, bool]]:
-    """Maximise `values` (each 0..most) lexicographically: one phase with weights
-    (most+1)^i where they fit CP-SAT's 64-bit arithmetic, else one phase per group."""
-    out, group = [], []
-    for v in values:
-        if (most + 1) ** (len(group) + 1) * (most + 1) >= 2 ** 60:
-            out.append(group)
-            group = []
-        group.append(v)
-    if group:
-        out.append(group)
-    return [(name, sum((most + 1) ** (len(g) - 1 - i) * v for i, v in enumerate(g)), True) for g in out]
 
 
 def _max_milli(problem: Problem, s: int, max_bytes: int) -> int:

@@ -49,13 +49,28 @@ class GpuSpec(BaseModel):
         return int((self.total_gib - 0.005) * GiB)
 
 
+DEFAULT_NODE = "node0"
+
+
 @dataclass(frozen=True)
 class Gpu:
-    """One physical GPU of the inventory: its index (CUDA order), name and total bytes."""
+    """One physical GPU of the inventory: its index over all hosts (hosts in the order
+    given, each in CUDA order), name, total bytes, and the host it is on."""
 
     index: int
     name: str
     total_bytes: int
+    node: str = DEFAULT_NODE
+
+
+def node_names(gpus) -> list[str]:
+    """The hosts of an inventory, in order."""
+    return list(dict.fromkeys(g.node for g in gpus))
+
+
+def local_index(gpus, gpu: Gpu) -> int:
+    """The GPU's index on its own host: what a deploy file on that host names it by."""
+    return sum(1 for g in gpus[:gpu.index] if g.node == gpu.node)
 
 
 def _key(name: str) -> str:
@@ -127,4 +142,41 @@ def parse_gpus(text: str) -> list[Gpu]:
         spec = lookup_gpu(m.group(2))
         for _ in range(count):
             gpus.append(Gpu(index=len(gpus), name=spec.name, total_bytes=spec.capacity_bytes))
+    return gpus
+
+
+_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}", re.ASCII)
+
+
+def parse_inventory(text: str, nodes: int | None = None) -> list[Gpu]:
+    """The GPUs of one host (`2xH100-80GB`), of N identical hosts (`nodes`=N, named
+    node0..), or of named hosts: `node0=8xH100-80GB;node1=4xL40S`. Indices run over all
+    hosts in order; a tensor-parallel group never spans two of them."""
+    if text and ("=" in text or ";" in text):
+        if nodes is not None:
+            raise InputError("--nodes repeats one host's --gpus; with named hosts (NAME=...;NAME=...) leave it out")
+        hosts = []
+        for part in text.split(";"):
+            name, sep, terms = part.partition("=")
+            name = name.strip()
+            if not sep or not _NODE_NAME.fullmatch(name):
+                raise InputError(f"--gpus host {part.strip()[:40]!r}: expected NAME=TERMS, e.g. node0=8xH100-80GB "
+                                 "(names: letters, digits, '.', '_', '-')")
+            if name in (h for h, _ in hosts):
+                raise InputError(f"--gpus names host {name!r} twice")
+            hosts.append((name, terms))
+    else:
+        count = 1 if nodes is None else nodes
+        if not 1 <= count <= MAX_GPUS:
+            raise InputError(f"--nodes {count}: must be 1 to {MAX_GPUS}")
+        hosts = [(DEFAULT_NODE if count == 1 else f"node{i}", text) for i in range(count)]
+    gpus: list[Gpu] = []
+    for name, terms in hosts:
+        try:
+            local = parse_gpus(terms)
+        except InputError as exc:
+            raise InputError(f"{exc} (host {name})" if len(hosts) > 1 else str(exc)) from None
+        if len(gpus) + len(local) > MAX_GPUS:
+            raise InputError(f"--gpus lists more than {MAX_GPUS} GPUs over all hosts, the most this tool plans")
+        gpus += [Gpu(len(gpus) + g.index, g.name, g.total_bytes, name) for g in local]
     return gpus

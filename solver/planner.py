@@ -7,7 +7,6 @@ before it is returned.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
@@ -17,7 +16,7 @@ from .errors import InputError, NoPlanError
 from .gpus import Gpu
 from .engine_checks import engine_config_errors
 from .memory import KvCacheDtype, StageKnobs, StageMemory, resolve_knobs, stage_memory
-from .problem import MILLI, Problem, StageProblem, TpOption
+from .problem import Problem, StageProblem, TpOption
 from .startup import GpuOutcome, StageRun, StartupReport, margin_bytes, simulate
 from .vllm_facts import GiB, OmniVersion
 
@@ -50,8 +49,8 @@ class Request:
     allow_untested_tp: bool = False
     pin_kv: bool = False  # write kv_cache_memory_bytes: vLLM then skips its own KV sizing
     # Replicas per stage: "1" (one copy of each stage), "auto" (the solver chooses per stage),
-    # a number N (every stage N times: N whole pipelines), or None: "1", then "auto" when that
-    # plan leaves a GPU idle.
+    # a number N (every stage N times: N whole pipelines), or None: "auto" where the version
+    # runs replicas (0.20+), else "1". A replica that adds no headroom is never planned.
     replicas: str | None = None
     calibration: object | None = None  # calibration.Calibration measured from a start-up log
     time_limit_s: float = D.DEFAULT_TIME_LIMIT_S
@@ -279,7 +278,7 @@ def supports_replicas(request: Request) -> bool:
 
 def _replica_range(request: Request, st: StageSpec, options, pinned_devices, pinned_tp) -> tuple[int, int | None]:
     """(max_replicas, fixed_replicas) of a stage for the request's --replicas."""
-    mode = request.replicas or "1"
+    mode = request.replicas or ("auto" if supports_replicas(request) else "1")
     if mode == "1":
         return 1, None
     if not supports_replicas(request):
@@ -396,8 +395,6 @@ def plan(request: Request, on_solve: Callable[[Problem], None] | None = None) ->
     `on_solve` is called once the inputs are validated, just before the solver starts
     (the CLI prints its progress line there).
     """
-    if request.replicas is None:
-        return _plan_default_replicas(request, on_solve)
     problem, knobs = build_problem(request)
     if on_solve is not None:
         on_solve(problem)
@@ -411,91 +408,3 @@ def plan(request: Request, on_solve: Callable[[Problem], None] | None = None) ->
             status="unknown",
         )
     return assemble(request, problem, knobs, solution)
-
-
-def _plan_default_replicas(request: Request, on_solve: Callable[[Problem], None] | None) -> Plan:
-    """The default: one pipeline; when that leaves a GPU idle and the version runs
-    replicas, the solver may also choose replicas per stage, within what is left of the
-    time limit. The better of the two by the objective's first two phases is the plan."""
-    started = time.monotonic()
-    single = plan(replace(request, replicas="1"), on_solve)
-    used = {d for sp in single.stages for d in sp.devices}
-    left = request.time_limit_s - (time.monotonic() - started)
-    if len(used) == len(request.gpus) or not supports_replicas(request) or request.devices or left <= 0:
-        return replace(single, request=request)
-    try:
-        more = plan(replace(request, replicas="auto", time_limit_s=left), on_solve)
-    except NoPlanError:  # time ran out before a replica plan: the single pipeline stands
-        return replace(single, request=request)
-
-    def objective(p: Plan) -> tuple[float, float]:
-        kv = [sp for sp in p.stages if sp.stage.has_kv_cache]
-        return (min((sp.headroom / request.weight.get(sp.stage.name, 1.0) for sp in kv), default=0.0),
-                sum(sp.headroom for sp in kv))
-
-    best = more if objective(more) > objective(single) else single
-    return replace(best, request=request, solve_seconds=single.solve_seconds + more.solve_seconds)
-
-
-@dataclass(frozen=True)
-class Placement:
-    """A stage's placement as a config file states it."""
-
-    devices: tuple[int, ...]
-    tensor_parallel_size: int
-    gpu_memory_utilization: float
-
-
-EVALUATION_RESOLUTION = 1000  # fractions in hand-written configs have up to 3 decimals
-
-
-def evaluate(request: Request, placements: dict[str, Placement]) -> tuple[Plan, list[str]]:
-    """A given placement (e.g. a bundled config) under the same model as `plan`.
-
-    Returns the plan with every figure computed, and the errors the start-up model finds
-    (empty when it would start; warnings such as a thin margin are not errors)."""
-    missing = [st.name for st in request.pipeline.stages if st.name not in placements]
-    if missing:
-        raise InputError(f"no placement given for stage(s) {', '.join(missing)}")
-    fixed = replace(
-        request,
-        tp={name: p.tensor_parallel_size for name, p in placements.items()},
-        devices={name: p.devices for name, p in placements.items()},
-        resolution=EVALUATION_RESOLUTION,
-        allow_untested_tp=True,
-    )
-    problem, knobs = build_problem(fixed)
-    assignments = []
-    for st, sp in zip(fixed.pipeline.stages, problem.stages):
-        p = placements[st.name]
-        steps = round(p.gpu_memory_utilization * EVALUATION_RESOLUTION)
-        if abs(steps - p.gpu_memory_utilization * EVALUATION_RESOLUTION) > 1e-6:
-            raise InputError(f"{st.name}: gpu_memory_utilization {p.gpu_memory_utilization} has more than 3 decimals")
-        assignments.append(cpsat.StageAssignment(sp.option_index(sp.pinned_tp), sp.pinned_devices, steps))
-    runs = stage_runs(fixed, problem, knobs, tuple(assignments))
-    report = startup_report(fixed, runs)
-    stage_plans = tuple(
-        StagePlan(st, r.devices, r.tensor_parallel_size, r.util_steps, r.resolution, r.knobs, r.memory,
-                  o.kv_cache_bytes, o.kv_cache_tokens,
-                  {d: b - r.memory.inside_bytes for d, b in o.budget_bytes_per_gpu.items()} if st.has_kv_cache else {},
-                  sp.headroom_cap_requests)
-        for st, sp, r, o in zip(fixed.pipeline.stages, problem.stages, runs, report.stages)
-    )
-    result = Plan(fixed, "given", 0.0, 0.0, stage_plans, report.gpus)
-    return result, [p.message for p in report.errors]
-
-
-def recheck(plan_: Plan) -> StartupReport:
-    """The start-up model run once more on a finished plan's decisions (tests, tools)."""
-    problem, knobs = build_problem(plan_.request)
-    assignments = tuple(
-        cpsat.StageAssignment(sp_problem.option_index(sp.tensor_parallel_size), sp.devices, sp.util_steps,
-                              sp.num_replicas)
-        for sp, sp_problem in zip(plan_.stages, problem.stages)
-    )
-    return startup_report(plan_.request, stage_runs(plan_.request, problem, knobs, assignments))
-
-
-def headroom_milli(plan_: Plan) -> list[int]:
-    """Per KV stage, the counted headroom in thousandths of a request (tests, benchmarks)."""
-    return [int(MILLI * sp.headroom) for sp in plan_.stages if sp.stage.has_kv_cache]

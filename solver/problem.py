@@ -96,11 +96,14 @@ class Problem:
         return gpu.total_bytes - self.reserve_bytes
 
     def gpu_classes(self) -> list[list[int]]:
-        """GPU indices that no rule tells apart: the same kind and total, and named by
-        exactly the same pinned stages; swapping two of them changes no figure. In the
-        order of their first GPU."""
+        """GPU indices that no rule tells apart: on the same host, of the same kind and
+        total, and named by exactly the same pinned stages; swapping two of them changes
+        no figure. In the order of their first GPU."""
         classes: dict[tuple, list[int]] = {}
         for g, gpu in enumerate(self.gpus):
             pins = tuple(s for s, st in enumerate(self.stages) if st.pinned_devices and g in st.pinned_devices)
-            classes.setdefault((gpu.name, gpu.total_bytes, pins), []).append(g)
+            classes.setdefault((gpu.node, gpu.name, gpu.total_bytes, pins), []).append(g)
         return list(classes.values())
+
+    def nodes(self) -> list[str]:
+        return list(dict.fromkeys(gpu.node for gpu in self.gpus))

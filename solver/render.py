@@ -8,15 +8,14 @@ one figure that changes between runs, and it is not in the YAML).
 from __future__ import annotations
 
 import copy
-import json
 import shlex
 from typing import Any
 
 import yaml
 
 from . import __version__
-from .catalog import PLANNED_KEYS  # noqa: F401  (re-exported for tests)
 from .defaults import DEFAULT_BUFFER_GIB, DEFAULT_RESOLUTION, default_workers
+from .gpus import local_index, node_names
 from .planner import Plan, Request, StagePlan
 from .vllm_facts import GiB
 
@@ -57,7 +56,7 @@ def command_line(request: Request) -> str:
     """The options that reproduce `request` (without the program name). Floats are written
     in their shortest exact form, so the command re-creates the same request."""
     r = request
-    parts = [f"--gpus {gpu_terms(r.gpus)}", f"--model {shlex.quote(r.model_ref or r.pipeline.name)}",
+    parts = [inventory_options(r.gpus), f"--model {shlex.quote(r.model_ref or r.pipeline.name)}",
              f"--omni-version {r.version.name}"]
     if r.schema != r.version.schema:
         parts.append(f"--schema {r.schema}")
@@ -102,6 +101,17 @@ def _number(v: float) -> str:
     if isinstance(v, int) or float(v).is_integer():
         return str(int(v))
     return repr(float(v))
+
+
+def inventory_options(gpus) -> str:
+    """`--gpus ...` (and `--nodes N`) that re-create an inventory of one or more hosts."""
+    hosts = node_names(gpus)
+    if len(hosts) == 1:
+        return f"--gpus {gpu_terms(gpus)}"
+    per_host = [gpu_terms([g for g in gpus if g.node == h]) for h in hosts]
+    if hosts == [f"node{i}" for i in range(len(hosts))] and len(set(per_host)) == 1:
+        return f"--nodes {len(hosts)} --gpus {per_host[0]}"
+    return "--gpus " + shlex.quote(";".join(f"{h}={t}" for h, t in zip(hosts, per_host)))
 
 
 def gpu_terms(gpus) -> str:
@@ -157,9 +167,12 @@ def header(plan: Plan) -> str:
                 f"{plan.request.version.name} config or test runs it (--allow-untested-tp)."
             )
     lines.append("Per-GPU memory map (GiB; requested = ceil(total x gpu_memory_utilization)):")
+    gpus = [g.gpu for g in plan.gpus]
+    several = len(node_names(gpus)) > 1
     for g in plan.gpus:
+        where = f" ({g.gpu.node} GPU {local_index(gpus, g.gpu)})" if several else ""
         lines.append(
-            f"  GPU {g.gpu.index} {g.gpu.name} total {_gib(g.gpu.total_bytes)}: "
+            f"  GPU {g.gpu.index}{where} {g.gpu.name} total {_gib(g.gpu.total_bytes)}: "
             f"requested {_gib(g.requested_bytes)} + outside {_gib(g.outside_bytes)} "
             f"+ margin {_gib(g.margin_bytes)} -> free {_gib(g.free_bytes)}  [{', '.join(g.stages) or '-'}]"
         )
@@ -219,6 +232,13 @@ def ensure_renderable(request: Request) -> None:
             f"{_range_text(SCHEMA_VERSIONS[schema])}); choose --schema {'deploy' if schema == 'stage-args' else 'stage-args'}"
             " or another --omni-version"
         )
+    hosts = node_names(request.gpus)
+    if len(hosts) > 1 and (v.vllm < (0, 22) or schema != "deploy"):
+        raise InputError(
+            f"a plan over {len(hosts)} hosts is written for vLLM-Omni 0.22+ with the deploy schema: from 0.22 each "
+            "host runs its stages headless (--stage-id, --omni-dp-size-local) against the head "
+            "(vllm_omni/entrypoints/cli/serve.py); 0.20's single-stage mode runs no LLM replicas and 0.18 has no "
+            "headless mode. Plan one host per pipeline for older versions")
     if schema == "stage-args" and not in_range(v.name, pipeline.legacy_versions):
         raise InputError(
             f"a stage_args file for {pipeline.name} works on vLLM-Omni {_range_text(pipeline.legacy_versions)} only: "
@@ -231,16 +251,21 @@ def _range_text(versions: str) -> str:
     return f"{low} to {high}" if high else (f"{low} and later" if sep else low)
 
 
-def render_deploy(plan: Plan) -> str:
+def render_deploy(plan: Plan, layout=None) -> str:
     """The vLLM-Omni deploy YAML (`stages:`, 0.20+), loadable by load_deploy_config.
 
     Engine args that are not StageDeployConfig fields (kv_cache_dtype, moe_backend,
     enable_chunked_prefill) are written as flat stage keys, as the bundled files do: every
     version's _parse_stage_deploy passes unknown stage keys on to the engine, while an
-    `engine_extras:` mapping is dropped by 0.20 and 0.22 (a reserved key there)."""
+    `engine_extras:` mapping is dropped by 0.20 and 0.22 (a reserved key there).
+
+    `layout` (multihost.HostLayout): the file of one host of a multi-host plan, with that
+    host's devices and replica counts, and its connectors across hosts."""
     ensure_renderable(plan.request)
     top = copy.deepcopy(plan.request.pipeline.deploy_top)
     connectors = top.pop("connectors", None)
+    if layout is not None and layout.connectors:
+        connectors = {**(connectors or {}), **copy.deepcopy(layout.connectors)}
     doc: dict[str, Any] = dict(top)
     if connectors is not None:
         doc["connectors"] = connectors
@@ -248,11 +273,22 @@ def render_deploy(plan: Plan) -> str:
     for sp in plan.stages:
         catalog = copy.deepcopy(sp.stage.deploy_fields)
         extras = catalog.pop("engine_extras", {})
-        entry = with_planned({"stage_id": sp.stage.stage_id, "devices": _devices(sp)},
-                             _planned_fields(sp, plan.request.pin_kv), {**catalog, **extras})
-        stages.append(entry)
+        planned = _planned_fields(sp, plan.request.pin_kv)
+        head: dict[str, Any] = {"stage_id": sp.stage.stage_id, "devices": _devices(sp)}
+        if layout is not None:
+            sid = sp.stage.stage_id
+            planned.pop("num_replicas", None)
+            head.pop("devices")
+            if sid in layout.devices:  # elsewhere: no placement here (the head waits for one replica)
+                head["devices"] = ",".join(map(str, layout.devices[sid]))
+                if layout.replicas[sid] > 1:
+                    planned = {"num_replicas": layout.replicas[sid], **planned}
+            if sid in layout.inputs:
+                catalog["input_connectors"] = {**(catalog.get("input_connectors") or {}), **layout.inputs[sid]}
+        stages.append(with_planned(head, planned, {**catalog, **extras}))
     doc["stages"] = stages
-    return header(plan) + _dump(doc)
+    note = "" if layout is None else f"# Host {layout.node}: start it with `sh launch.sh {layout.node}`.\n"
+    return header(plan) + note + _dump(doc)
 
 
 def render_stage_args(plan: Plan) -> str:
@@ -304,127 +340,6 @@ def _legacy_engine_args(st, version) -> dict[str, Any]:
         if in_range(version.name, overlay.versions):
             args.update(copy.deepcopy(overlay.engine_args))
     return args
-
-
-def plan_dict(plan: Plan) -> dict[str, Any]:
-    """The plan as plain data (the JSON output). Byte figures are per TP rank."""
-    return {
-        "tool": {"name": "omni-autoconf", "version": __version__},
-        "model": plan.request.pipeline.name,
-        "model_ref": plan.request.model_ref or plan.request.pipeline.name,
-        "model_notes": list(plan.request.model_notes),
-        "omni_version": plan.request.version.name,
-        "schema": plan.request.schema,
-        "status": plan.status,
-        "gap": round(plan.gap, 6),
-        "notes": list(plan.notes),
-        "option_notes": list(plan.option_notes),
-        "solve_seconds": round(plan.solve_seconds, 3),
-        "objective_min_kv_requests": round(plan.min_kv_requests, 4),
-        "untested_tp": [sp.stage.name for sp in plan.stages
-                        if sp.tensor_parallel_size not in sp.stage.tested_tp_degrees(plan.request.version.name)],
-        "gpus": [
-            {
-                "index": g.gpu.index,
-                "name": g.gpu.name,
-                "total_bytes": g.gpu.total_bytes,
-                "stages": list(g.stages),
-                "requested_bytes": g.requested_bytes,
-                "outside_bytes": g.outside_bytes,
-                "margin_bytes": g.margin_bytes,
-                "free_bytes": g.free_bytes,
-            }
-            for g in plan.gpus
-        ],
-        "stages": [
-            {
-                "stage_id": sp.stage.stage_id,
-                "name": sp.stage.name,
-                "devices": list(sp.devices),
-                "tensor_parallel_size": sp.tensor_parallel_size,
-                "gpu_memory_utilization": sp.gpu_memory_utilization,
-                "weights_bytes": sp.memory.weights_bytes - sp.memory.load_buffer_bytes,
-                "load_buffer_bytes": sp.memory.load_buffer_bytes,
-                "activation_bytes": sp.memory.activation_bytes,
-                "overhead_bytes": sp.memory.overhead_bytes,
-                "kv_cache_bytes": sp.kv_cache_bytes,
-                "kv_bytes_per_token": sp.memory.kv_bytes_per_token,
-                "kv_cache_tokens": sp.kv_cache_tokens,
-                "max_model_len": sp.knobs.max_model_len if sp.stage.has_kv_cache else None,
-                "max_concurrency": round(sp.max_concurrency, 4),
-                "headroom": round(sp.headroom, 4) if sp.stage.has_kv_cache else None,
-                "max_num_seqs": sp.knobs.max_num_seqs,
-                "max_num_batched_tokens": sp.knobs.max_num_batched_tokens,
-                "enforce_eager": sp.knobs.enforce_eager,
-                "kv_cache_bytes_per_gpu": {str(g): b for g, b in sorted(sp.kv_bytes_per_gpu.items())},
-                "num_replicas": sp.num_replicas,
-                "replicas": [{"node": 0, "devices": list(devs), "tensor_parallel_size": sp.tensor_parallel_size,
-                              "headroom": round(h, 4) if sp.stage.has_kv_cache else None}
-                             for devs, h in zip(sp.replica_devices(), sp.replica_headroom())],
-                "memory": {
-                    "non_torch_bytes": sp.memory.non_torch_bytes,
-                    "persistent_activation_bytes": sp.memory.persistent_bytes,
-                    "runner_buffer_bytes": sp.memory.runner_bytes,
-                    "kv_accounting": sp.memory.accounting,
-                    "cuda_context_bytes": sp.memory.context_bytes,
-                    "nccl_bytes": sp.memory.nccl_bytes,
-                    "graph_reserve_bytes": sp.memory.graph_reserve_bytes,
-                },
-            }
-            for sp in plan.stages
-        ],
-    }
-
-
-def render_json(plan: Plan) -> str:
-    return json.dumps(plan_dict(plan), indent=2) + "\n"
-
-
-def render_table(plan: Plan) -> str:
-    """A readable per-GPU and per-stage summary for people (goes to stderr)."""
-    rows = [("GPU", "name", "total", "requested", "outside", "margin", "free", "stages")]
-    for g in plan.gpus:
-        rows.append(
-            (
-                str(g.gpu.index),
-                g.gpu.name,
-                _gib(g.gpu.total_bytes),
-                _gib(g.requested_bytes),
-                _gib(g.outside_bytes),
-                _gib(g.margin_bytes),
-                _gib(g.free_bytes),
-                ",".join(g.stages) or "-",
-            )
-        )
-    out = [_table(rows)]
-    rows = [("stage", "devices", "TP", "util", "weights", "activ.", "KV/rank", "KV tokens", "x max_len", "headroom")]
-    for sp in plan.stages:
-        rows.append(
-            (
-                f"{sp.stage.stage_id} {sp.stage.name}",
-                _devices(sp),
-                str(sp.tensor_parallel_size) + (f" x{sp.num_replicas}" if sp.num_replicas > 1 else ""),
-                f"{sp.gpu_memory_utilization:g}",
-                _gib(sp.memory.weights_bytes),
-                _gib(sp.memory.activation_bytes),
-                _gib(sp.kv_cache_bytes) if sp.stage.has_kv_cache else "-",
-                str(sp.kv_cache_tokens) if sp.stage.has_kv_cache else "-",
-                f"{sp.max_concurrency:.2f}" if sp.stage.has_kv_cache else "-",
-                f"{sp.headroom:.2f}" if sp.stage.has_kv_cache else "-",
-            )
-        )
-    out.append(_table(rows))
-    per = "; TP xN: N replicas, KV tokens and headroom summed over them" if any(
-        sp.num_replicas > 1 for sp in plan.stages) else ""
-    out.append(f"status: {status_line(plan)}; solved in {plan.solve_seconds:.2f} s; memory in GiB per GPU / per rank{per}")
-    return "\n".join(out) + "\n"
-
-
-def _table(rows: list[tuple[str, ...]]) -> str:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines) + "\n"
 
 
 RENDERERS = {"deploy": render_deploy, "stage-args": render_stage_args}

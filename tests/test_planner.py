@@ -6,7 +6,8 @@ import pytest
 
 from omni_autoconf import vllm_facts as F
 from omni_autoconf.errors import InputError, NoPlanError
-from omni_autoconf.planner import Placement, evaluate, plan, recheck
+from omni_autoconf.evaluation import Placement, evaluate, recheck
+from omni_autoconf.planner import plan
 from omni_autoconf.vllm_facts import GiB
 
 from conftest import make_request

@@ -23,7 +23,8 @@ from omni_autoconf.configcheck import check_config
 from omni_autoconf.configfile import read_config
 from omni_autoconf.errors import InputError, NoPlanError
 from omni_autoconf.gpus import Gpu
-from omni_autoconf.planner import plan, recheck
+from omni_autoconf.evaluation import recheck
+from omni_autoconf.planner import plan
 from omni_autoconf.problem import Problem
 from omni_autoconf.render import RENDERERS
 from omni_autoconf.vllm_facts import GiB

@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from omni_autoconf.planner import plan
-from omni_autoconf.render import plan_dict, render_deploy, render_json, render_stage_args
+from omni_autoconf.render import render_deploy, render_stage_args
+from omni_autoconf.summary import plan_dict, render_json
 
 from conftest import make_request
 

@@ -15,7 +15,8 @@ from omni_autoconf.configcheck import split_replicas
 from omni_autoconf.configfile import read_config
 from omni_autoconf.configcheck import check_config
 from omni_autoconf.planner import plan
-from omni_autoconf.render import RENDERERS, render_deploy, render_json
+from omni_autoconf.render import RENDERERS, render_deploy
+from omni_autoconf.summary import render_json
 from omni_autoconf.vllm_facts import omni_version
 
 from conftest import make_request
@@ -69,7 +70,7 @@ def test_replicas_grow_the_binding_headroom_on_16_gpus():
     assert len(used) == 16
 
 
-def test_default_is_one_pipeline_when_it_uses_every_gpu():
+def test_the_default_adds_no_replica_that_adds_no_headroom():
     default = plan(make_request("qwen3-omni-moe", "2xH100-80GB"))
     single = plan(make_request("qwen3-omni-moe", "2xH100-80GB", replicas="1"))
     assert all(sp.num_replicas == 1 for sp in default.stages)
@@ -77,7 +78,7 @@ def test_default_is_one_pipeline_when_it_uses_every_gpu():
         (sp.devices, sp.tensor_parallel_size, sp.util_steps) for sp in single.stages]
 
 
-def test_default_takes_replicas_when_one_pipeline_leaves_a_gpu_idle():
+def test_the_default_takes_replicas_where_one_pipeline_leaves_a_gpu_idle():
     single = plan(make_request("qwen3-omni-moe", "8xH100-80GB", replicas="1"))
     assert len({d for sp in single.stages for d in sp.devices}) < 8
     default = plan(make_request("qwen3-omni-moe", "8xH100-80GB"))

@@ -15,7 +15,8 @@ from omni_autoconf import cpsat
 from omni_autoconf.catalog import CatalogError, load_pipeline_text
 from omni_autoconf.cli import main
 from omni_autoconf.errors import InputError, NoPlanError
-from omni_autoconf.planner import plan, recheck
+from omni_autoconf.evaluation import recheck
+from omni_autoconf.planner import plan
 from omni_autoconf.render import render_deploy, render_stage_args, with_planned
 
 from conftest import make_request

@@ -1,0 +1,221 @@
+"""Plans over several hosts: TP groups stay on one host, identical hosts are one plan, and
+what is emitted (a deploy file per host, the commands of launch.sh) passes the vLLM-Omni
+wheel's own loader, device splitter, layout check and argument flags (read from the wheel
+of each version; skipped offline)."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import shlex
+import subprocess
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from omni_autoconf.catalog import lookup_model
+from omni_autoconf.cli import main
+from omni_autoconf.gpus import local_index, parse_inventory
+from omni_autoconf.multihost import commands, cross_host_edges, file_name, layouts
+from omni_autoconf.planner import Request, plan
+from omni_autoconf.render import render_deploy
+from omni_autoconf.vllm_facts import omni_version
+
+from test_replicas import _layout_check, _splitter
+from wheels import load_stage_config, source
+
+MULTI_HOST_VERSIONS = ["0.22", "0.24", "0.26", "0.28", "0.30"]
+
+
+def multi(gpus: str, nodes: int | None = None, version: str = "0.30", model: str = "qwen3-omni-moe", **kw):
+    v = omni_version(version)
+    return plan(Request(pipeline=lookup_model(model), gpus=tuple(parse_inventory(gpus, nodes)), version=v,
+                        schema="deploy", **kw))
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+# --- the plan ---------------------------------------------------------------------------
+
+
+def test_eight_hosts_of_eight_plan_every_gpu_proven():
+    result = multi("8xH100-80GB", nodes=8, replicas="auto")
+    assert result.status == "optimal" or result.gap <= 0.01
+    assert len({d for sp in result.stages for d in sp.devices}) == 64
+    single_host = multi("8xH100-80GB", replicas="auto")
+    assert result.min_kv_requests >= 7.5 * single_host.min_kv_requests  # eight hosts hold about eight times
+
+
+def test_a_tp_group_never_spans_hosts():
+    for gpus, nodes in [("8xH100-80GB", 2), ("node0=4xH100-80GB;node1=2xH100-80GB;node2=2xA100-80GB", None),
+                        ("2xH100-80GB", 3)]:
+        result = multi(gpus, nodes)
+        hosts = [g.gpu.node for g in result.gpus]
+        for sp in result.stages:
+            for group in sp.replica_devices():
+                assert len({hosts[d] for d in group}) == 1, (gpus, sp.stage.name, group)
+
+
+def test_identical_hosts_are_used_in_order():
+    """Relabelling identical hosts gives no new plan: the first holds at least what the next does."""
+    from omni_autoconf.patterns import patterns as _patterns
+
+    result = multi("4xH100-80GB", nodes=3)
+    patterns = _patterns(len(result.stages))
+    held = {g.gpu.index: sum(1 << s for s, sp in enumerate(result.stages) if g.gpu.index in sp.devices)
+            for g in result.gpus}
+    vectors = [[sum(1 for g in result.gpus if g.gpu.node == f"node{h}" and held[g.gpu.index] == P) for P in patterns]
+               for h in range(3)]
+    assert vectors == sorted(vectors, reverse=True)
+    assert len({tuple(v) for v in vectors}) > 1  # the hosts are not used alike, so the order means something
+
+
+def test_the_same_inventory_written_either_way_is_the_same_plan():
+    by_count = multi("4xH100-80GB", nodes=2)
+    by_name = multi("node0=4xH100-80GB;node1=4xH100-80GB")
+    assert render_deploy(by_count, layouts(by_count)[1]) == render_deploy(by_name, layouts(by_name)[1])
+
+
+# --- the files and commands, against the wheel -------------------------------------------------
+
+
+def _host_files(result) -> dict[str, dict]:
+    return {layout.node: yaml.safe_load(render_deploy(result, layout)) for layout in layouts(result)}
+
+
+@pytest.mark.parametrize("version", MULTI_HOST_VERSIONS)
+def test_each_host_file_loads_and_splits_into_the_planned_replicas(tmp_path, version):
+    result = multi("4xH100-80GB", nodes=2, version=version, replicas="auto")
+    gpus = [g.gpu for g in result.gpus]
+    split = _splitter(version)
+    check = _layout_check(version) if source(version, "vllm_omni/config/composable_parallel/apply.py") else None
+    loader = load_stage_config(version)
+    for layout in layouts(result):
+        path = tmp_path / file_name(layout.node)
+        path.write_text(render_deploy(result, layout))
+        loaded = {s.stage_id: s for s in loader.load_deploy_config(str(path)).stages}
+        for sp in result.stages:
+            stage = loaded[sp.stage.stage_id]
+            here = [[local_index(gpus, gpus[d]) for d in group] for group in sp.replica_devices()
+                    if gpus[group[0]].node == layout.node]
+            if not here:
+                assert stage.devices is None  # no placement on a host that does not run it
+                continue
+            # run_headless: get_headless_replica_devices -> split by --omni-dp-size-local
+            got = split(stage.devices, len(here), sp.tensor_parallel_size, stage.stage_id)
+            assert got == [",".join(map(str, g)) for g in here]
+            assert stage.num_replicas == len(here)
+            if check is not None:
+                check(stage.devices, tensor_parallel_size=sp.tensor_parallel_size, data_parallel_size=1,
+                      pipeline_parallel_size=1, num_replicas=stage.num_replicas, role=f"stage-{stage.stage_id}")
+
+
+def _omni_parser(version: str) -> argparse.ArgumentParser:
+    """An argparse parser with every flag vllm_omni/entrypoints/cli/serve.py of `version`
+    adds (names, types, actions, choices as its add_argument calls state them), plus
+    vLLM's positional model and --headless, which that serve.py reads (args.headless)."""
+    text = source(version, "vllm_omni/entrypoints/cli/serve.py")
+    assert "args.headless" in text
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    parser.add_argument("model")
+    parser.add_argument("--headless", action="store_true")
+    types = {"int": int, "str": str, "float": float}
+    for node in ast.walk(ast.parse(text)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument"):
+            continue
+        names = [a.value for a in node.args if isinstance(a, ast.Constant) and str(a.value).startswith("-")]
+        if not names:
+            continue
+        kwargs = {}
+        for kw in node.keywords:
+            if kw.arg == "type" and isinstance(kw.value, ast.Name) and kw.value.id in types:
+                kwargs["type"] = types[kw.value.id]
+            elif kw.arg == "action" and isinstance(kw.value, ast.Constant):
+                kwargs["action"] = kw.value.value
+            elif kw.arg == "action":
+                kwargs["action"] = argparse.BooleanOptionalAction
+            elif kw.arg == "choices" and isinstance(kw.value, ast.List):
+                kwargs["choices"] = [e.value for e in kw.value.elts if isinstance(e, ast.Constant)]
+        try:
+            parser.add_argument(*names, **kwargs)
+        except argparse.ArgumentError:
+            pass  # the same flag added on another code path
+    return parser
+
+
+@pytest.mark.parametrize("version", MULTI_HOST_VERSIONS)
+def test_every_command_parses_with_that_versions_flags(version):
+    parser = _omni_parser(version)
+    result = multi("4xH100-80GB", nodes=2, version=version, replicas="auto")
+    seen_head = 0
+    for layout in layouts(result):
+        for command in commands(result, layout):
+            words = shlex.split(command.replace('"$OMNI_MASTER_ADDR"', "10.0.0.1").replace('"$OMNI_MASTER_PORT"', "29600"))
+            assert words[:2] == ["vllm", "serve"]
+            args = parser.parse_args(words[2:])
+            assert args.omni and args.deploy_config == file_name(layout.node)
+            assert args.stage_id is not None and args.omni_master_address and args.omni_master_port == 29600
+            assert args.omni_dp_size_local == layout.replicas[args.stage_id] >= 1
+            seen_head += not args.headless
+    assert seen_head == 1  # one head serves the API
+
+
+def test_edges_across_hosts_use_a_connector_that_crosses_hosts():
+    result = multi("4xH100-80GB", nodes=2, replicas="auto")
+    crossing = cross_host_edges(result)
+    assert crossing
+    factory = source("0.30", "vllm_omni/distributed/omni_connectors/factory.py")
+    assert '"MooncakeStoreConnector"' in factory
+    for node, doc in _host_files(result).items():
+        connector = doc["connectors"]["connector_across_hosts"]
+        assert connector["name"] == "MooncakeStoreConnector" and connector["extra"]["host"] == node
+        by_id = {s["stage_id"]: s for s in doc["stages"]}
+        for a, b in crossing:
+            assert by_id[b]["input_connectors"][f"from_stage_{a}"] == "connector_across_hosts"
+
+
+# --- the command line -----------------------------------------------------------------------
+
+
+def test_a_multi_host_plan_is_a_folder_of_files_and_launch_sh(tmp_path):
+    out = tmp_path / "plan"
+    result = run("--nodes", "2", "--gpus", "4xH100-80GB", "--model", "qwen3-omni-moe", "-o", out, "-q")
+    assert result.exit_code == 0, result.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["launch.sh", "node0.yaml", "node1.yaml"]
+    assert "--nodes 2 --gpus 4xH100-80GB" in (out / "node0.yaml").read_text().splitlines()[1]
+    script = out / "launch.sh"
+    assert subprocess.run(["sh", "-n", str(script)]).returncode == 0
+    usage = subprocess.run(["sh", str(script)], capture_output=True, text=True)
+    assert usage.returncode == 2 and "one of: node0 node1" in usage.stderr
+    doc = json.loads(run("--nodes", "2", "--gpus", "4xH100-80GB", "--model", "qwen3-omni-moe", "--format", "json").stdout)
+    assert [h["node"] for h in doc["hosts"]] == ["node0", "node1"]
+    assert {r["node"] for s in doc["stages"] for r in s["replicas"]} <= {"node0", "node1"}
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--nodes", "2", "--gpus", "4xH100-80GB"], "give -o FOLDER"),
+    (["--nodes", "2", "--gpus", "4xH100-80GB", "--omni-version", "0.20", "--format", "json"], "0.22+"),
+    (["--nodes", "2", "--gpus", "4xH100-80GB", "--omni-version", "0.24", "--schema", "stage-args", "--format", "json"],
+     "deploy schema"),
+    (["--gpus", "a=2xH100-80GB;a=2xL40S"], "names host 'a' twice"),
+    (["--gpus", "a b=2xH100-80GB"], "expected NAME=TERMS"),
+    (["--nodes", "2", "--gpus", "a=2xH100-80GB;b=1xL40S"], "leave it out"),
+    (["--nodes", "9", "--gpus", "8xH100-80GB"], "more than 64 GPUs"),
+    (["--nodes", "0", "--gpus", "8xH100-80GB"], "--nodes"),
+])
+def test_multi_host_input_errors_are_one_line(args, needle):
+    result = run(*args, "--model", "qwen3-omni-moe")
+    assert result.exit_code == 2 and needle in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_file_where_a_folder_is_needed_is_refused(tmp_path):
+    target = tmp_path / "plan.yaml"
+    target.write_text("keep me\n")
+    result = run("--nodes", "2", "--gpus", "4xH100-80GB", "--model", "qwen3-omni-moe", "-o", target)
+    assert result.exit_code == 2 and "writes a folder" in result.stderr
+    assert target.read_text() == "keep me\n"
