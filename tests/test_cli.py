@@ -110,3 +110,21 @@ def test_catalog_listings():
 def test_python_dash_m_entry_point():
     done = subprocess.run([sys.executable, "-m", "omni_autoconf", "--version"], capture_output=True, text=True)
     assert done.returncode == 0 and "omni-autoconf" in done.stdout
+
+
+def test_help_imports_no_solver_and_is_quick():
+    """--help, which a pipeline may call to probe the tool, loads neither OR-Tools nor the planner."""
+    script = ("import sys\nfrom omni_autoconf.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+              "print(sorted(m for m in ('ortools', 'omni_autoconf.planner', 'omni_autoconf.cpsat') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip().splitlines()[-1] == "[]"
+    best = min(_seconds([sys.executable, "-m", "omni_autoconf", "--help"]) for _ in range(3))
+    assert best < 0.5 + _seconds([sys.executable, "-c", "pass"])  # the interpreter's own start aside
+
+
+def _seconds(cmd) -> float:
+    import time
+
+    t0 = time.perf_counter()
+    subprocess.run(cmd, capture_output=True, check=True, timeout=60)
+    return time.perf_counter() - t0
