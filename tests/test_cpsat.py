@@ -137,16 +137,21 @@ def _random_problem(seed: int) -> Problem:
     return Problem(gpus(*sizes), tuple(stages), 10, int(rnd.uniform(0.5, 3) * GiB), groups)
 
 
-@pytest.mark.parametrize("seed", range(12))
-def test_cpsat_matches_brute_force_on_random_small_instances(seed):
-    problem = _random_problem(seed)
+def _assert_brute_force_agrees(problem: Problem):
+    """CP-SAT's optimum is the enumerator's (or both prove there is none); the solution."""
     expected = best_objective(problem)
     solution = cpsat.solve(problem, time_limit_s=20)
     if expected is None:
         assert solution.status is cpsat.SolveStatus.INFEASIBLE
-        return
+        return solution
     assert solution.status is cpsat.SolveStatus.OPTIMAL
     assert _objectives(problem, solution) == expected
+    return solution
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_cpsat_matches_brute_force_on_random_small_instances(seed):
+    _assert_brute_force_agrees(_random_problem(seed))
 
 
 def _random_replica_problem(seed: int) -> Problem:
@@ -171,15 +176,9 @@ def _random_replica_problem(seed: int) -> Problem:
 @pytest.mark.parametrize("seed", range(10))
 def test_cpsat_matches_brute_force_with_replicas(seed):
     problem = _random_replica_problem(seed)
-    expected = best_objective(problem)
-    solution = cpsat.solve(problem, time_limit_s=20)
-    if expected is None:
-        assert solution.status is cpsat.SolveStatus.INFEASIBLE
-        return
-    assert solution.status is cpsat.SolveStatus.OPTIMAL
-    assert _objectives(problem, solution) == expected
-    for a in solution.assignments:  # the pool holds replicas x TP GPUs
-        assert len(a.gpus) == a.replicas * problem.stages[solution.assignments.index(a)].options[a.option_index].tp
+    solution = _assert_brute_force_agrees(problem)
+    for st, a in zip(problem.stages, solution.assignments):  # the pool holds replicas x TP GPUs
+        assert len(a.gpus) == a.replicas * st.options[a.option_index].tp
 
 
 def test_replicas_raise_the_binding_stage():
