@@ -1,9 +1,10 @@
 """Every constant that models vLLM / vLLM-Omni behaviour, in one place.
 
 Each constant names its source and the version range it holds for. Sources:
-- memory-facts: ../shared/reference/memory-facts.md (vLLM 0.8.5-0.33, vLLM-Omni 0.12-0.30)
-- calibration: ../shared/reference/calibration-logs.jsonl (public start-up logs)
-- wheel X: the vllm-omni X wheel from PyPI, read file by file (no import)
+- vllm X / vLLM X.Y wheel: the vllm==X wheel from PyPI, read file by file (no import)
+- wheel X / vllm_omni X: the vllm-omni X wheel from PyPI, read file by file (no import)
+- GitHub pull requests and issues, by URL; public start-up logs by the URL of the issue
+  that prints them (tests/data/accuracy.jsonl records the source of each log it holds)
 
 Version-dependent behaviour is a property of `OmniVersion`, selected by `--omni-version`.
 """
@@ -17,17 +18,21 @@ MiB = 1 << 20
 
 # --- start-up and budget -----------------------------------------------------------
 
-# KV cache block size in tokens; vLLM allocates whole blocks. (memory-facts §2, §5; vLLM 0.8-0.33)
+# KV cache block size in tokens; vLLM allocates whole blocks. (vllm 0.14.1-0.16.0 wheels:
+# vllm/platforms/cuda.py sets cache_config.block_size = 16; 0.18.1-0.30.0: vllm/config/cache.py
+# DEFAULT_BLOCK_SIZE = 16)
 BLOCK_SIZE_TOKENS = 16
 
 # CUDA context + cuBLAS handles of one process on one GPU, outside the fraction because
-# the snapshot is taken after they exist. memory-facts §2 gives ~0.3-0.6 GiB; we take the
-# high end so a plan never counts on the lucky case. (vLLM 0.9-0.33)
+# the snapshot is taken after they exist (vllm 0.14.1-0.30.0 wheels, vllm/v1/worker/
+# gpu_worker.py init_device). ~0.3-0.6 GiB per process is an estimate (no public source
+# found); we take the high end so a plan never counts on the lucky case. (vLLM 0.9-0.33)
 CUDA_CONTEXT_BYTES = 600 * MiB
 
 # NCCL communicator buffers of one TP rank, outside the fraction from vLLM 0.11 (snapshot
-# after NCCL init, memory-facts §2: "more with NCCL when TP > 1"). No public figure in the
-# references: an estimate, to be replaced by the calibration issue.
+# after NCCL init: https://github.com/vllm-project/vllm/pull/25359; vllm 0.14.1-0.30.0
+# wheels, vllm/v1/worker/gpu_worker.py init_device). No public per-rank figure: an
+# estimate, to be replaced by the calibration issue.
 NCCL_BYTES_PER_RANK = 256 * MiB
 
 # Non-torch memory that grows after the snapshot and so counts inside the fraction. Public
@@ -130,7 +135,8 @@ class OmniVersion:
     # Up to 0.20 the Qwen3-Omni talker also built the thinker's audio and vision encoders
     # and profiled a video input (wheel 0.20 qwen3_omni_moe_talker.py creates
     # self.audio_tower; wheel 0.22 does not and sets skip_mm_profiling for talker and
-    # code2wav). memory-facts §6 logs 8.49 GiB for the talker on 0.12-0.16.
+    # code2wav). The 0.12-0.16 talker logs "Model loading took 8.4897 GiB"
+    # (https://github.com/vllm-project/vllm-omni/issues/276).
     talker_builds_encoders: bool
     # From 0.24 vLLM-Omni caps the request to free memory instead of refusing to start
     # (wheel 0.24 adds vllm_omni/worker/memory_utils.py request_memory_tolerant).
@@ -167,7 +173,9 @@ class OmniVersion:
 
     @property
     def snapshot_after_nccl(self) -> bool:
-        """From vLLM 0.11 the start-up snapshot is taken after NCCL init (memory-facts §2)."""
+        """From vLLM 0.11 the start-up snapshot is taken after NCCL init
+        (https://github.com/vllm-project/vllm/pull/25359; vllm 0.14.1-0.30.0 wheels,
+        vllm/v1/worker/gpu_worker.py init_device)."""
         return self.vllm >= (0, 11)
 
 

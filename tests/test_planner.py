@@ -12,7 +12,7 @@ from omni_autoconf.vllm_facts import GiB
 
 from conftest import make_request
 
-# ../shared/reference/vllm-omni-0.30/deploy/qwen3_omni_moe.yaml: "verified on 2x H100",
+# vllm-omni 0.30.0 wheel, vllm_omni/deploy/qwen3_omni_moe.yaml: "verified on 2x H100",
 # stage 0 on cuda:0 at 0.9, stages 1 and 2 on cuda:1 at 0.6 and 0.1, TP 1 throughout.
 BUNDLED_QWEN3_030 = {
     "thinker": Placement((0,), 1, 0.9),
