@@ -1,6 +1,6 @@
 """The accuracy benchmark: the memory model against real vLLM start-ups.
 
-Each entry is one observed start-up (the calibration-logs.jsonl format: the settings and
+Each entry is one observed start-up (tests/data/accuracy.jsonl's format: the settings and
 the figures vLLM printed). It names a catalog model (optionally `model:stage`), or carries
 a `config` object (an HF config.json); anything else is reported as skipped, with the
 reason. For each modelled entry the model predicts what vLLM would print and the error is

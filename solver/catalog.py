@@ -23,7 +23,8 @@ Schema = Literal["deploy", "stage-args"]
 SCHEMAS: tuple[str, ...] = ("deploy", "stage-args")
 
 DTYPE_BYTES: dict[str, float] = {
-    # memory-facts §6: bf16/fp16 2 bytes; fp8 1 (+ small scales); int4 ~0.52 at group 128.
+    # bf16/fp16 2 bytes (torch dtype itemsize); fp8 1 (+ small scales); int4 ~0.52 at group 128
+    # (4 bits + a 16-bit scale per 128 weights: 0.5 + 2/128 bytes).
     "bfloat16": 2.0,
     "float16": 2.0,
     "float32": 4.0,

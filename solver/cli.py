@@ -15,9 +15,10 @@ import click
 
 from . import __version__, defaults as D
 from .cli_common import (
-    OneLineErrors, attach_fixes, bounded, calibration_option, check_output_path, exclusive_groups, expand_global, gpus_option, once, parse_float,
-    parse_int, per_stage, report_no_plan, run_command, time_limit_option, write_output,
+    OneLineErrors, attach_fixes, bounded, calibration_option, exclusive_groups, expand_global, gpus_option, once, parse_float,
+    parse_int, per_stage, report_no_plan, run_command, time_limit_option,
 )
+from .output_files import check_output_path, write_output
 from .errors import InputError, NoPlanError
 from .vllm_facts import NEWEST_OMNI_VERSION, OMNI_VERSIONS, GiB
 
@@ -172,7 +173,9 @@ def build_request(o: dict):
         model_notes=source.notes,
         gpus=gpus,
         version=version,
-        schema=once(o["schema"], "--schema") or version.schema,
+        # several hosts are written in the deploy schema (the only one with headless stages)
+        schema=once(o["schema"], "--schema") or ("deploy" if len({g.node for g in gpus}) > 1 and
+                                                  version.reads("deploy") else version.schema),
         buffer_gib=buffer_gib,
         resolution=resolution_option(once(o["resolution"], "--resolution", str(1 / D.DEFAULT_RESOLUTION))),
         tp=tp,
@@ -205,11 +208,13 @@ def _plan_command(**o) -> int:
     fmt = once(o["fmt"], "--format", "yaml")
     output = once(o["output"], "-o/--output")
     hosts = len(node_names(request.gpus))
+    ensure_renderable(request)
     if hosts > 1 and fmt == "yaml":
+        from .output_files import check_output_folder
+
         check_output_folder(output, hosts)
     else:
         check_output_path(output)
-    ensure_renderable(request)
 
     def replicas_note(problem) -> str:
         if any(len(st.replica_counts()) > 1 or st.replica_counts()[0] > 1 for st in problem.stages):
@@ -241,35 +246,15 @@ def _plan_command(**o) -> int:
     return 0
 
 
-def check_output_folder(output: str | None, hosts: int) -> None:
-    import os
-
-    if output in (None, "-"):
-        raise InputError(f"a plan over {hosts} hosts is one deploy file per host and launch.sh: give -o FOLDER "
-                         "(or --format json for stdout)")
-    if os.path.exists(output) and not os.path.isdir(output):
-        raise InputError(f"-o {output}: a plan over {hosts} hosts writes a folder; {output} is not one")
-    parent = os.path.dirname(os.path.abspath(output))
-    if not os.path.isdir(parent):
-        raise InputError(f"-o {output}: folder {parent} does not exist")
-
-
 def write_host_files(result, folder: str) -> list[str]:
-    """One deploy file per host and launch.sh, each written atomically."""
-    import os
-
+    """One deploy file per host and launch.sh, written as one set."""
     from .multihost import file_name, launch_script, layouts
+    from .output_files import write_folder
     from .render import header, render_deploy
 
-    os.makedirs(folder, exist_ok=True)
-    written = []
-    for layout in layouts(result):
-        path = os.path.join(folder, file_name(layout.node))
-        write_output(path, render_deploy(result, layout))
-        written.append(path)
-    path = os.path.join(folder, "launch.sh")
-    write_output(path, launch_script(result, header(result)))
-    return [*written, path]
+    files = {file_name(layout.node): render_deploy(result, layout) for layout in layouts(result)}
+    files["launch.sh"] = launch_script(result, header(result))
+    return write_folder(folder, files)
 
 
 @main.command("gpus")

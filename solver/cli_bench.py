@@ -11,7 +11,8 @@ import json
 
 import click
 
-from .cli_common import once, run_command, write_output
+from .cli_common import once, run_command
+from .output_files import write_output
 from .errors import InputError
 
 
@@ -29,7 +30,7 @@ def bench_group(ctx: click.Context) -> None:
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 def accuracy_command(entries: str, fmt: tuple[str, ...], debug: bool) -> None:
     """Predicted vs observed start-up figures for each entry of ENTRIES (JSON lines in the
-    calibration-logs format), then the error summary."""
+    format of tests/data/accuracy.jsonl), then the error summary."""
     run_command(debug, lambda: _accuracy(entries, once(fmt, "--format", "table")))
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import click
 
-from .cli_common import check_output_path, gpus_option, once, run_command, write_output
+from .cli_common import gpus_option, once, run_command
+from .output_files import check_output_path, write_output
 from .errors import InputError
 from .vllm_facts import NEWEST_OMNI_VERSION
 
@@ -51,7 +52,7 @@ def _calibrate(**o) -> int:
     source = resolve(model_name)
     pipeline = source.pipeline
     version = omni_version(once(o["omni_version"], "--omni-version", NEWEST_OMNI_VERSION))
-    gpus = list(gpus_option(gpus_text))
+    gpus = list(gpus_option(gpus_text, hosts=False))
     config = read_config(config_path, once(o["platform"], "--platform", "cuda"),
                          engine_extras=version.deploy_reads_engine_extras)
     settings = resolve_settings(pipeline, config, version, gpus)

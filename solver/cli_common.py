@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 import sys
-import tempfile
 from typing import Callable, TypeVar
 
 import json
@@ -24,7 +22,7 @@ from .errors import EXIT_INTERRUPTED, EXIT_NO_ANSWER, AutoconfError, InputError,
 T = TypeVar("T")
 
 # ASCII only: Python's int() and float() also accept full-width and other Unicode digits.
-_INT = re.compile(r"[+]?[0-9]{1,12}")
+_INT = re.compile(r"[+-]?[0-9]{1,12}")
 _FLOAT = re.compile(r"[+-]?([0-9]{1,12}(\.[0-9]{0,17})?|\.[0-9]{1,17})([eE][+-]?[0-9]{1,3})?")
 
 
@@ -159,56 +157,6 @@ class OneLineErrors(click.Group):
             exit_interrupted()
 
 
-def check_output_path(path: str | None) -> None:
-    """Refuse an unusable -o before any work is done (write_output checks again)."""
-    if path is None or path == "-":
-        return
-    target = os.path.realpath(path)
-    if os.path.exists(path) and not os.path.isfile(path):  # follows links, /dev/stdout's pipe too
-        raise InputError(f"-o {path}: not a regular file; refusing to replace it (use -o - for stdout)")
-    if not os.path.isdir(os.path.dirname(target)):
-        raise InputError(f"-o {path}: folder {os.path.dirname(target)} does not exist")
-
-
-def write_output(path: str | None, text: str) -> None:
-    """Write `text` to stdout (no path, or "-") or to `path`, atomically.
-
-    The file gets the mode the umask gives (a vLLM container running as another user must
-    read it); an existing file keeps its mode. A symlink is written through (its target is
-    replaced); anything that is not a regular file is refused, never replaced."""
-    if path is None or path == "-":
-        click.echo(text, nl=False)
-        return
-    target = os.path.realpath(path)
-    try:
-        st = os.stat(path)  # follows links (a pipe behind /dev/stdout has no real path)
-    except FileNotFoundError:
-        st = None
-    if st is not None and not stat.S_ISREG(st.st_mode):
-        raise InputError(f"-o {path}: not a regular file; refusing to replace it (use -o - for stdout)")
-    folder = os.path.dirname(target)
-    if not os.path.isdir(folder):
-        raise InputError(f"-o {path}: folder {folder} does not exist")
-    if st is not None:
-        mode = stat.S_IMODE(st.st_mode)
-    else:
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o666 & ~umask
-    with interrupts.deferred():  # the plan is final: write it whole, or not at all
-        fd, tmp = tempfile.mkstemp(prefix=".omni-autoconf-", dir=folder)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.chmod(tmp, mode)
-            os.replace(tmp, target)
-            interrupts.mark_written(path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
-
-
 def once(values: tuple[str, ...], option: str, default: str | None = None) -> str | None:
     """The value of an option that may be given at most once (repeats are conflicts)."""
     if len(values) > 1:
@@ -216,8 +164,13 @@ def once(values: tuple[str, ...], option: str, default: str | None = None) -> st
     return values[0] if values else default
 
 
-def gpus_option(text: str, nodes: int | None = None):
+def gpus_option(text: str, nodes: int | None = None, hosts: bool = True):
+    """The inventory of --gpus (and --nodes); `hosts=False` for commands that judge one host."""
     from .gpus import parse_inventory
+
+    if not hosts and ("=" in text or ";" in text):
+        raise InputError("--gpus names several hosts, but this command judges the pipeline of one host: give that "
+                         "host's GPUs (e.g. --gpus 4xH100-80GB)")
 
     if text.strip().lower() == "local":
         if nodes is not None:

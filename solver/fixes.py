@@ -133,9 +133,12 @@ def _more_gpus(request: Request, budget: _Budget) -> Iterator[Fix]:
     (more GPUs never hurt, so the search halves the range each time)."""
     kind = max(request.gpus, key=lambda g: (g.total_bytes, -g.index))
     room = MAX_GPUS - len(request.gpus)
+    host = request.gpus[-1].node  # on the last host: no GPU index before them moves
+    several = len({g.node for g in request.gpus}) > 1
+    where = f" on host {host}" if several else ""
 
     def with_extra(k: int) -> Request:
-        extra = tuple(Gpu(len(request.gpus) + i, kind.name, kind.total_bytes) for i in range(k))
+        extra = tuple(Gpu(len(request.gpus) + i, kind.name, kind.total_bytes, host) for i in range(k))
         return replace(request, gpus=request.gpus + extra)
 
     def fewest(make: Callable[[int], Request]) -> int | None:
@@ -149,18 +152,18 @@ def _more_gpus(request: Request, budget: _Budget) -> Iterator[Fix]:
 
     k = fewest(with_extra)
     if k is not None:
-        yield Fix("more-gpus", f"add {k} more {kind.name} GPU(s)", with_extra(k), (6, k))
+        yield Fix("more-gpus", f"add {k} more {kind.name} GPU(s){where}", with_extra(k), (6, k))
         return
     if request.devices or request.tp:  # pinned stages may be what keeps extra GPUs unused
         k = fewest(lambda n: replace(with_extra(n), devices={}, tp={}))
         if k is not None:
-            summary = f"add {k} more {kind.name} GPU(s) and let the pinned stages move"
+            summary = f"add {k} more {kind.name} GPU(s){where} and let the pinned stages move"
             yield Fix("more-gpus-unpinned", summary, replace(with_extra(k), devices={}, tp={}), (7, k))
             return
     if not request.allow_untested_tp:  # a TP degree no upstream config runs may be what it takes
         k = fewest(lambda n: replace(with_extra(n), devices={}, tp={}, allow_untested_tp=True))
         if k is not None:
-            summary = (f"add {k} more {kind.name} GPU(s) and allow TP degrees no upstream config or test runs "
+            summary = (f"add {k} more {kind.name} GPU(s){where} and allow TP degrees no upstream config or test runs "
                        "(at your own risk)")
             yield Fix("more-gpus-untested-tp", summary,
                       replace(with_extra(k), devices={}, tp={}, allow_untested_tp=True), (8, k))

@@ -145,7 +145,9 @@ def parse_gpus(text: str) -> list[Gpu]:
     return gpus
 
 
-_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}", re.ASCII)
+# A DNS label's letters (names go into files and into launch.sh): 1 to 63 characters,
+# starting and ending with a letter or digit.
+_NODE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,61}[A-Za-z0-9])?", re.ASCII)
 
 
 def parse_inventory(text: str, nodes: int | None = None) -> list[Gpu]:
@@ -159,11 +161,13 @@ def parse_inventory(text: str, nodes: int | None = None) -> list[Gpu]:
         for part in text.split(";"):
             name, sep, terms = part.partition("=")
             name = name.strip()
-            if not sep or not _NODE_NAME.fullmatch(name):
-                raise InputError(f"--gpus host {part.strip()[:40]!r}: expected NAME=TERMS, e.g. node0=8xH100-80GB "
-                                 "(names: letters, digits, '.', '_', '-')")
-            if name in (h for h, _ in hosts):
-                raise InputError(f"--gpus names host {name!r} twice")
+            if not sep:
+                raise InputError(f"--gpus host {part.strip()[:40]!r}: expected NAME=TERMS, e.g. node0=8xH100-80GB")
+            if not _NODE_NAME.fullmatch(name):
+                raise InputError(f"--gpus host name {name[:40]!r}: 1 to 63 letters, digits, '.', '_' or '-', "
+                                 "starting and ending with a letter or digit")
+            if name.lower() in (h.lower() for h, _ in hosts):  # their files would collide where case does not count
+                raise InputError(f"--gpus names host {name!r} twice (host names are compared ignoring case)")
             hosts.append((name, terms))
     else:
         count = 1 if nodes is None else nodes

@@ -103,7 +103,7 @@ def weights_per_rank(stage: StageSpec, tp: int, version: OmniVersion) -> int:
 def kv_bytes_per_token(stage: StageSpec, tp: int, kv_cache_dtype: KvCacheDtype = "auto") -> int:
     """KV bytes per token on one rank: K and V of the rank's KV heads per layer (heads are
     replicated when there are fewer KV heads than ranks), or for MLA one latent per layer
-    that every rank holds whole (memory-facts §5)."""
+    that every rank holds whole (vLLM's MLAAttentionSpec, vllm/v1/kv_cache_interface.py)."""
     if not stage.has_kv_cache:
         return 0
     t = stage.transformer

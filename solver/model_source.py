@@ -45,6 +45,8 @@ def _thinker_hidden(cfg: dict) -> int | None:
 def resolve(text: str) -> ModelSource:
     """The pipeline a --model value names."""
     key = text.strip()
+    if any(not ch.isprintable() for ch in key):  # it goes into file headers and launch.sh
+        raise InputError(f"--model {key!r}: the name holds a control or line-break character")
     if key.lower().replace("_", "-") in model_catalog():
         return ModelSource(lookup_model(key), lookup_model(key).name)
     if Path(key).exists():

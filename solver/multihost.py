@@ -161,7 +161,11 @@ def launch_script(plan: Plan, header: str) -> str:
     ]
     for layout in layouts(plan):
         lines.append(f"  {layout.node})")
-        for command in commands(plan, layout):
+        host_commands = commands(plan, layout)
+        if not host_commands:  # a GPU that adds no headroom is left idle, a host likewise
+            lines += [f'    echo "launch.sh: this plan runs nothing on {layout.node}" >&2', "    ;;"]
+            continue
+        for command in host_commands:
             lines.append(f"    {command} &")
         lines += ["    wait", "    ;;"]
     names = " ".join(node_names([g.gpu for g in plan.gpus]))

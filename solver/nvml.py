@@ -3,7 +3,8 @@
 NVML reports the nvidia-smi total, which is larger than what CUDA reports (and what vLLM
 multiplies by gpu_memory_utilization): CUDA total = nvidia-smi total - driver reserve.
 So a GPU NVML names is planned with the catalog's CUDA figure; an unknown part, or one
-whose memory disagrees with the catalog (gpus.md E13: an "H800" with 143771 MiB), with
+whose memory disagrees with the catalog (a public nvidia-smi log shows an "H800" with
+143771 MiB; see the H800 entry of data/gpus.yaml), with
 the NVML total less the largest driver reserve seen on NVIDIA parts.
 
 Fails with NvmlUnavailable (one line, exit 2) when there is no driver or no GPU.
@@ -18,7 +19,8 @@ from .errors import InputError, NvmlUnavailable
 from .gpus import Gpu, lookup_gpu
 from .vllm_facts import GiB
 
-# gpus.md, recommendation 3: nvidia-smi total - CUDA total ranges ~0.25-0.75 GiB on NVIDIA.
+# nvidia-smi total - CUDA total over the catalog's pairs (data/gpus.yaml: H100 81559 MiB vs 79.11
+# GiB, 0.54 GiB; A100-40GB 40960 MiB vs 39.38-39.50 GiB, 0.50-0.62 GiB): 0.75 GiB errs on the low side.
 NVML_TO_CUDA_RESERVE_BYTES = int(0.75 * GiB)
 # A catalog figure is trusted while NVML's total exceeds it by at most this much.
 CATALOG_MATCH_SLACK_BYTES = 2 * GiB

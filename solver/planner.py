@@ -286,6 +286,9 @@ def _replica_range(request: Request, st: StageSpec, options, pinned_devices, pin
             f"--replicas {mode}: vLLM-Omni {request.version.name} has no per-stage replicas (num_replicas is read "
             "from 0.20); run separate pipelines on separate GPUs and ports instead, with a load balancer in front")
     if pinned_devices is not None:  # --devices pins one replica to those GPUs
+        if mode not in ("auto", "1"):
+            raise InputError(f"--replicas {mode} with --devices {st.name}=...: a pinned stage runs one replica on "
+                             "its devices (their count is its TP degree); drop one of the two")
         return 1, None
     if mode == "auto":
         smallest = min(o.tp for o in options)

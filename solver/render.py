@@ -188,7 +188,13 @@ def header(plan: Plan) -> str:
             f"util {sp.gpu_memory_utilization:g}: weights {_gib(sp.memory.weights_bytes)}, "
             f"activations {_gib(sp.memory.activation_bytes)}, {kv} (per rank)"
         )
-    return "".join(f"# {line}\n" for line in lines)
+    return "".join(f"# {comment_text(line)}\n" for line in lines)
+
+
+def comment_text(text: str) -> str:
+    """`text` safe inside a one-line comment of YAML or sh: characters that are not
+    printable (line breaks of either, NEL, U+2028) written as escapes."""
+    return "".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in text)
 
 
 def _planned_fields(sp: StagePlan, pin_kv: bool = False) -> dict[str, Any]:
@@ -233,12 +239,14 @@ def ensure_renderable(request: Request) -> None:
             " or another --omni-version"
         )
     hosts = node_names(request.gpus)
-    if len(hosts) > 1 and (v.vllm < (0, 22) or schema != "deploy"):
+    if len(hosts) > 1 and v.vllm < (0, 22):
         raise InputError(
-            f"a plan over {len(hosts)} hosts is written for vLLM-Omni 0.22+ with the deploy schema: from 0.22 each "
-            "host runs its stages headless (--stage-id, --omni-dp-size-local) against the head "
-            "(vllm_omni/entrypoints/cli/serve.py); 0.20's single-stage mode runs no LLM replicas and 0.18 has no "
-            "headless mode. Plan one host per pipeline for older versions")
+            f"a plan over {len(hosts)} hosts is written for vLLM-Omni 0.22+: from 0.22 each host runs its stages "
+            "headless (--stage-id, --omni-dp-size-local) against the head (vllm_omni/entrypoints/cli/serve.py); "
+            "0.20's single-stage mode runs no LLM replicas and 0.18 has no headless mode. Plan one host per "
+            "pipeline for older versions")
+    if len(hosts) > 1 and schema != "deploy":
+        raise InputError(f"a plan over {len(hosts)} hosts is written in the deploy schema: use --schema deploy")
     if schema == "stage-args" and not in_range(v.name, pipeline.legacy_versions):
         raise InputError(
             f"a stage_args file for {pipeline.name} works on vLLM-Omni {_range_text(pipeline.legacy_versions)} only: "

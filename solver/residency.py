@@ -1,7 +1,8 @@
 """Which stages are on the GPUs at the same time.
 
 Every stage of a pipeline is a process that stays resident from launch to shutdown
-(memory-facts §1), so by default all stages are co-resident. `--exclusive A,B` declares
+(vllm-omni 0.30.0 wheel, vllm_omni/config/omni_config.py: no stage is unloaded while
+the pipeline serves), so by default all stages are co-resident. `--exclusive A,B` declares
 that A and B never are (separate launches, sleep mode). Nothing else is assumed: with
 groups (A,B) and (C,D), A may meet C or D. The co-resident sets are therefore the
 maximal sets of stages that hold no two members of one group; each GPU must fit every

@@ -5,7 +5,8 @@ here before it is returned), so the two cannot disagree. The CP-SAT model (cpsat
 encodes the same rules as linear constraints.
 
 For every co-resident set of stages (residency.py; all stages unless --exclusive says
-otherwise), stages start one after another in stage order (memory-facts §1). For each
+otherwise), stages start one after another in stage order (vllm-omni 0.30.0 wheel,
+vllm_omni/config/omni_config.py: parallel_stage_init defaults to False). For each
 stage, on each of its GPUs: its CUDA context (and, from vLLM 0.11, NCCL) exists before
 the free-memory snapshot; then requested = ceil(total x util) is checked against free
 memory (§2): upstream vLLM refuses to start, vLLM-Omni 0.24+ caps the request to what is
@@ -157,12 +158,14 @@ class StartupReport:
 
 def margin_bytes(buffer_bytes: int) -> int:
     """What each GPU keeps free once all stages are up: vLLM-Omni's admission reserves
-    (1 GiB external + 1 GiB safety, memory-facts §4) plus the user's --buffer."""
+    (1 GiB external + 1 GiB safety: vllm-omni 0.30.0 wheel, vllm_omni/engine/stage_admission.py
+    _DEFAULT_EXTERNAL_RESERVE_BYTES, _DEFAULT_SAFETY_MARGIN_BYTES) plus the user's --buffer."""
     return F.ADMISSION_EXTERNAL_RESERVE_BYTES + F.ADMISSION_SAFETY_MARGIN_BYTES + buffer_bytes
 
 
 def admission_problems(runs: list[StageRun], gpus: list[Gpu], sets) -> list[CheckProblem]:
-    """vLLM-Omni's parallel_stage_init admission rule (memory-facts §4), per co-resident set."""
+    """vLLM-Omni's parallel_stage_init admission rule (vllm_omni/engine/stage_admission.py),
+    per co-resident set."""
     found = []
     for gpu in gpus:
         worst = None

@@ -70,7 +70,7 @@ def test_no_plan_exits_1_with_the_reason():
         (["--gpus", "2xH100", "--model", "qwen3-omni-moe", "--tp", "thinker=3"], "does not divide"),
         (["--gpus", "2xH100", "--model", "qwen3-omni-moe", "--tp", "thinker=16"], "not allowed"),
         (["--gpus", "2xH100", "--model", "qwen3-omni-moe", "--tp", "wizard=2"], "no stage 'wizard'"),
-        (["--gpus", "2xH100", "--model", "qwen3-omni-moe", "--max-model-len", "-5"], "not a whole number"),
+        (["--gpus", "2xH100", "--model", "qwen3-omni-moe", "--max-model-len", "-5"], "out of range"),
         (["--gpus", "2xH100", "--model", "qwen3-omni-moe", "--max-model-len", "lots"], "not a whole number"),
         (["--gpus", "2xH100", "--model", "qwen3-omni-moe", "--max-model-len", "1000000"], "exceeds the model's maximum"),
         (["--gpus", "2xH100", "--model", "qwen3-omni-moe", "--buffer", "-1"], "--buffer"),

@@ -255,7 +255,7 @@ def test_a_ctrl_c_during_the_write_waits_for_it_and_says_the_file_is_whole(tmp_p
     out.write_text("the user's file\n")
     script = (
         "import os, signal\n"
-        "from omni_autoconf import cli_common, interrupts\n"
+        "from omni_autoconf import interrupts, output_files\n"
         "interrupts.install()\n"
         "real = os.replace\n"
         "def replace(a, b):\n"
@@ -263,7 +263,7 @@ def test_a_ctrl_c_during_the_write_waits_for_it_and_says_the_file_is_whole(tmp_p
         "    real(a, b)\n"
         "os.replace = replace\n"
         "try:\n"
-        f"    cli_common.write_output({str(out)!r}, 'the plan\\n')\n"
+        f"    output_files.write_output({str(out)!r}, 'the plan\\n')\n"
         "except KeyboardInterrupt:\n"
         "    print(interrupts.message())\n"
     )

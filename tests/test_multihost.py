@@ -200,9 +200,15 @@ def test_a_multi_host_plan_is_a_folder_of_files_and_launch_sh(tmp_path):
     (["--nodes", "2", "--gpus", "4xH100-80GB"], "give -o FOLDER"),
     (["--nodes", "2", "--gpus", "4xH100-80GB", "--omni-version", "0.20", "--format", "json"], "0.22+"),
     (["--nodes", "2", "--gpus", "4xH100-80GB", "--omni-version", "0.24", "--schema", "stage-args", "--format", "json"],
-     "deploy schema"),
+     "use --schema deploy"),
+    (["--nodes", "2", "--gpus", "4xH100-80GB", "--omni-version", "0.16"], "0.22+"),  # before asking for -o
     (["--gpus", "a=2xH100-80GB;a=2xL40S"], "names host 'a' twice"),
-    (["--gpus", "a b=2xH100-80GB"], "expected NAME=TERMS"),
+    (["--gpus", "a=2xH100-80GB;A=2xL40S"], "ignoring case"),
+    (["--gpus", "a b=2xH100-80GB"], "1 to 63 letters"),
+    (["--gpus", "a-=2xH100-80GB;b=1xL40S"], "ending with a letter or digit"),
+    (["--gpus", "a=2xH100-80GB;b"], "expected NAME=TERMS"),
+    (["--nodes", "2", "--gpus", "4xH100-80GB", "--replicas", "2", "--devices", "thinker=0", "--format", "json"],
+     "a pinned stage runs one replica"),
     (["--nodes", "2", "--gpus", "a=2xH100-80GB;b=1xL40S"], "leave it out"),
     (["--nodes", "9", "--gpus", "8xH100-80GB"], "more than 64 GPUs"),
     (["--nodes", "0", "--gpus", "8xH100-80GB"], "--nodes"),
@@ -219,3 +225,52 @@ def test_a_file_where_a_folder_is_needed_is_refused(tmp_path):
     result = run("--nodes", "2", "--gpus", "4xH100-80GB", "--model", "qwen3-omni-moe", "-o", target)
     assert result.exit_code == 2 and "writes a folder" in result.stderr
     assert target.read_text() == "keep me\n"
+
+
+def test_multi_host_defaults_to_the_deploy_schema_where_the_version_defaults_to_stage_args():
+    result = run("--nodes", "2", "--gpus", "4xH100-80GB", "--model", "qwen3-omni-moe", "--omni-version", "0.24",
+                 "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["schema"] == "deploy"
+
+
+def test_a_folder_is_replaced_as_a_whole_and_never_holds_what_we_did_not_write(tmp_path):
+    out = tmp_path / "plan"
+    assert run("--nodes", "3", "--gpus", "4xH100-80GB", "--model", "qwen3-omni-moe", "-o", out, "-q").exit_code == 0
+    assert (out / "node2.yaml").exists()
+    assert run("--nodes", "2", "--gpus", "4xH100-80GB", "--model", "qwen3-omni-moe", "-o", out, "-q").exit_code == 0
+    assert sorted(p.name for p in out.iterdir()) == ["launch.sh", "node0.yaml", "node1.yaml"]  # node2 was stale
+    (out / "notes.txt").write_text("mine\n")
+    before = {p.name: p.read_text() for p in out.iterdir()}
+    result = run("--nodes", "2", "--gpus", "8xH100-80GB", "--model", "qwen3-omni-moe", "-o", out)
+    assert result.exit_code == 2 and "notes.txt, which omni-autoconf did not write" in result.stderr
+    assert {p.name: p.read_text() for p in out.iterdir()} == before  # refused before anything was written
+
+
+def test_check_refuses_host_files_and_host_inventories(tmp_path):
+    out = tmp_path / "plan"
+    assert run("--nodes", "2", "--gpus", "4xH100-80GB", "--model", "qwen3-omni-moe", "-o", out, "-q").exit_code == 0
+    host_file = run("check", out / "node0.yaml", "--gpus", "4xH100-80GB", "--model", "qwen3-omni-moe")
+    assert host_file.exit_code == 2 and "multi-host plan" in host_file.stderr
+    hosts = run("check", out / "node0.yaml", "--gpus", "a=4xH100-80GB;b=4xH100-80GB", "--model", "qwen3-omni-moe",
+                "--fix", "-o", tmp_path / "fixed.yaml")
+    assert hosts.exit_code == 2 and "judges the pipeline of one host" in hosts.stderr
+    assert not (tmp_path / "fixed.yaml").exists()
+
+
+def test_a_model_name_with_a_line_break_is_refused_and_headers_stay_one_line(tmp_path):
+    weird = tmp_path / "a\ntouch PWNED\n#"
+    weird.mkdir()
+    result = run("--nodes", "2", "--gpus", "4xH100-80GB", "--model", weird, "-o", tmp_path / "plan")
+    assert result.exit_code == 2 and "line-break character" in result.stderr
+    from omni_autoconf.render import comment_text
+
+    assert comment_text("x\ny\u2028z\x85") == "x\\ny\\u2028z\\x85"
+
+
+def test_extra_gpus_proposed_for_a_multi_host_inventory_go_on_its_last_host():
+    result = run("--gpus", "a=1xL40S;b=1xL40S", "--model", "qwen3-omni-moe", "--format", "json")
+    assert result.exit_code == 1
+    doc = json.loads(result.stdout)
+    more = [f for f in doc.get("fixes", []) if f.get("kind", "").startswith("more-gpus")]
+    assert more and all("on host b" in f["summary"] for f in more), more
