@@ -147,7 +147,7 @@ def refuse_host_file(path: str) -> None:
             head = f.read(64 * 1024)
     except OSError:
         return  # read_config says what is wrong with the file
-    found = re.search(r"^# Host (\S+): start it with `sh launch.sh", head, re.M)
+    found = re.search(r"^# (?:Head of host|Host) (\S+):.*`sh launch.sh", head, re.M)
     if found:
         raise InputError(f"{path}: the file of host {found.group(1)} of a multi-host plan (it places only that "
                          "host's stages); check judges a whole pipeline on one host")

@@ -15,6 +15,7 @@ Notation (the code uses the same names):
 Variables:
     x[s,o] in {0,1}    stage s runs at TP option o               sum_o x[s,o] = 1
     n[c,P] in 0..|c|   GPUs of class c holding exactly the stages P  sum_P n[c,P] <= |c|
+                       (one stage per GPU over several hosts: n[c,P] = 0 for |P| > 1)
                        (GPUs are counted, never named: swapping two GPUs of a class is no
                        new plan, so no symmetry is left to break; _read lays the counts out)
     on[s,c] in {0,1}   stage s has a rank on class c (n[c,P] <= |c| on[s,c] for P containing s)
@@ -118,6 +119,10 @@ class Model:
         }
         for c, members in enumerate(self.classes):
             self.m.Add(sum(self.n[c, P] for P in self.patterns) <= len(members))
+        if not problem.shared_gpus:  # one stage per GPU (Problem.shared_gpus says why)
+            for (c, P), var in self.n.items():
+                if P & (P - 1):
+                    self.m.Add(var == 0)
         # on[s,c]: stage s may have a rank on class c (forced by any of its patterns there)
         self.on = {(s, c): self.m.NewBoolVar(f"on[{problem.stages[s].name}][class{c}]")
                    for s in S for c in range(len(self.classes))}

@@ -177,6 +177,9 @@ def shortfalls(problem: Problem, stages: set[str] | None = None) -> list[str]:
                 f"together the stages need at least {_gib(least_total)} of the {_gib(usable)} the GPUs offer, "
                 "but no split of them over the GPUs works (a stage's ranks need one GPU each)"
             )
+    if len(problem.nodes()) > 1:
+        lines.append(f"over {len(problem.nodes())} hosts a tensor-parallel group stays on one host and each GPU "
+                     "holds one stage (each host's stage is a process of its own there)")
     return lines
 
 

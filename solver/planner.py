@@ -257,6 +257,7 @@ def build_problem(request: Request) -> tuple[Problem, dict[str, StageKnobs]]:
         resolution=request.resolution,
         reserve_bytes=request.margin_bytes,
         exclusive_groups=request.exclusive_indices(),
+        shared_gpus=len({g.node for g in request.gpus}) == 1,
     )
     return problem, knobs
 

@@ -87,6 +87,10 @@ class Problem:
     reserve_bytes: int  # per GPU, outside every fraction: admission reserve + margin + buffer
     # Each group lists stage indices that are never resident at the same time.
     exclusive_groups: tuple[tuple[int, ...], ...] = ()
+    # Whether two stages may share a GPU. Not over several hosts: there each (host, stage)
+    # is its own process, started without vLLM-Omni's per-GPU init locks, and vLLM sizes
+    # its KV cache from what the GPU has free, neighbours' loading included.
+    shared_gpus: bool = True
     coresident: tuple[tuple[int, ...], ...] = field(init=False)
 
     def __post_init__(self) -> None:

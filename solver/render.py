@@ -239,12 +239,13 @@ def ensure_renderable(request: Request) -> None:
             " or another --omni-version"
         )
     hosts = node_names(request.gpus)
-    if len(hosts) > 1 and v.vllm < (0, 22):
+    if len(hosts) > 1 and v.vllm < (0, 26):
         raise InputError(
-            f"a plan over {len(hosts)} hosts is written for vLLM-Omni 0.22+: from 0.22 each host runs its stages "
-            "headless (--stage-id, --omni-dp-size-local) against the head (vllm_omni/entrypoints/cli/serve.py); "
-            "0.20's single-stage mode runs no LLM replicas and 0.18 has no headless mode. Plan one host per "
-            "pipeline for older versions")
+            f"a plan over {len(hosts)} hosts is written for vLLM-Omni 0.26+: there each host runs its stages "
+            "headless (--stage-id, --omni-dp-size-local) against the head with the file's connectors; 0.22 and 0.24 "
+            "headless stages ignore the connectors (run_headless passes async_chunk=False to "
+            "get_stage_connector_spec, vllm_omni/entrypoints/cli/serve.py), 0.20's single-stage mode runs no LLM "
+            "replicas and 0.18 has no headless mode. Plan one host per pipeline for older versions")
     if len(hosts) > 1 and schema != "deploy":
         raise InputError(f"a plan over {len(hosts)} hosts is written in the deploy schema: use --schema deploy")
     if schema == "stage-args" and not in_range(v.name, pipeline.legacy_versions):
@@ -295,7 +296,11 @@ def render_deploy(plan: Plan, layout=None) -> str:
                 catalog["input_connectors"] = {**(catalog.get("input_connectors") or {}), **layout.inputs[sid]}
         stages.append(with_planned(head, planned, {**catalog, **extras}))
     doc["stages"] = stages
-    note = "" if layout is None else f"# Host {layout.node}: start it with `sh launch.sh {layout.node}`.\n"
+    note = ""
+    if layout is not None and layout.head:
+        note = f"# Head of host {layout.node}: its own stage's devices only; `sh launch.sh {layout.node}` starts it.\n"
+    elif layout is not None:
+        note = f"# Host {layout.node}: start it with `sh launch.sh {layout.node}`.\n"
     return header(plan) + note + _dump(doc)
 
 

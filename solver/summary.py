@@ -91,10 +91,13 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         ],
     }
     if len(node_names(gpus)) > 1:
-        from .multihost import commands, file_name, layouts
+        from .multihost import commands, file_name, head_of, layouts
 
-        out["hosts"] = [{"node": layout.node, "deploy_file": file_name(layout.node),
-                         "commands": commands(plan, layout)} for layout in layouts(plan)]
+        head, head_stage = head_of(plan)
+        out["head"] = {"node": head, "stage_id": head_stage}
+        out["deploy_files"] = {file_name(layout): layout.node for layout in layouts(plan)}
+        out["hosts"] = [{"node": node, "commands": [{"command": c, "after_head": wait} for c, wait in commands(plan, node)]}
+                        for node in node_names(gpus)]
     return out
 
 

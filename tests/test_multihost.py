@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from omni_autoconf.catalog import lookup_model
 from omni_autoconf.cli import main
 from omni_autoconf.gpus import local_index, parse_inventory
-from omni_autoconf.multihost import commands, cross_host_edges, file_name, layouts
+from omni_autoconf.multihost import commands, crosses_hosts, edges, file_name, head_of, layouts
 from omni_autoconf.planner import Request, plan
 from omni_autoconf.render import render_deploy
 from omni_autoconf.vllm_facts import omni_version
@@ -26,7 +26,7 @@ from omni_autoconf.vllm_facts import omni_version
 from test_replicas import _layout_check, _splitter
 from wheels import load_stage_config, source
 
-MULTI_HOST_VERSIONS = ["0.22", "0.24", "0.26", "0.28", "0.30"]
+MULTI_HOST_VERSIONS = ["0.26", "0.28", "0.30"]
 
 
 def multi(gpus: str, nodes: int | None = None, version: str = "0.30", model: str = "qwen3-omni-moe", **kw):
@@ -77,14 +77,21 @@ def test_identical_hosts_are_used_in_order():
 def test_the_same_inventory_written_either_way_is_the_same_plan():
     by_count = multi("4xH100-80GB", nodes=2)
     by_name = multi("node0=4xH100-80GB;node1=4xH100-80GB")
-    assert render_deploy(by_count, layouts(by_count)[1]) == render_deploy(by_name, layouts(by_name)[1])
+    assert [render_deploy(by_count, h) for h in layouts(by_count)] == [render_deploy(by_name, h) for h in layouts(by_name)]
+
+
+def test_over_several_hosts_no_gpu_holds_two_stages():
+    """Each (host, stage) is a process of its own, started without vLLM-Omni's init locks."""
+    for gpus, nodes in [("4xH100-80GB", 2), ("8xH100-80GB", 2), ("node0=2xH100-80GB;node1=1xL40S", None)]:
+        result = multi(gpus, nodes)
+        assert all(len(g.stages) <= 1 for g in result.gpus), gpus
 
 
 # --- the files and commands, against the wheel -------------------------------------------------
 
 
-def _host_files(result) -> dict[str, dict]:
-    return {layout.node: yaml.safe_load(render_deploy(result, layout)) for layout in layouts(result)}
+def _files(result) -> dict[str, dict]:
+    return {file_name(layout): yaml.safe_load(render_deploy(result, layout)) for layout in layouts(result)}
 
 
 @pytest.mark.parametrize("version", MULTI_HOST_VERSIONS)
@@ -94,21 +101,28 @@ def test_each_host_file_loads_and_splits_into_the_planned_replicas(tmp_path, ver
     split = _splitter(version)
     check = _layout_check(version) if source(version, "vllm_omni/config/composable_parallel/apply.py") else None
     loader = load_stage_config(version)
+    head, head_stage = head_of(result)
     for layout in layouts(result):
-        path = tmp_path / file_name(layout.node)
+        path = tmp_path / file_name(layout)
         path.write_text(render_deploy(result, layout))
         loaded = {s.stage_id: s for s in loader.load_deploy_config(str(path)).stages}
         for sp in result.stages:
             stage = loaded[sp.stage.stage_id]
-            here = [[local_index(gpus, gpus[d]) for d in group] for group in sp.replica_devices()
-                    if gpus[group[0]].node == layout.node]
-            if not here:
-                assert stage.devices is None  # no placement on a host that does not run it
-                continue
-            # run_headless: get_headless_replica_devices -> split by --omni-dp-size-local
-            got = split(stage.devices, len(here), sp.tensor_parallel_size, stage.stage_id)
-            assert got == [",".join(map(str, g)) for g in here]
-            assert stage.num_replicas == len(here)
+            if layout.head:  # the head splits and checks every stage of its file
+                if sp.stage.stage_id != head_stage:
+                    assert stage.num_replicas == sp.num_replicas  # every replica pre-allocated
+                got = split(stage.devices, stage.num_replicas, sp.tensor_parallel_size, stage.stage_id)
+                assert len(got) == stage.num_replicas
+            else:
+                here = [[local_index(gpus, gpus[d]) for d in group] for group in sp.replica_devices()
+                        if gpus[group[0]].node == layout.node]
+                if not here:
+                    assert stage.devices is None  # no placement on a host that does not run it
+                    continue
+                # run_headless: get_headless_replica_devices -> split by --omni-dp-size-local
+                got = split(stage.devices, len(here), sp.tensor_parallel_size, stage.stage_id)
+                assert got == [",".join(map(str, g)) for g in here]
+                assert stage.num_replicas == len(here)
             if check is not None:
                 check(stage.devices, tensor_parallel_size=sp.tensor_parallel_size, data_parallel_size=1,
                       pipeline_parallel_size=1, num_replicas=stage.num_replicas, role=f"stage-{stage.stage_id}")
@@ -122,7 +136,8 @@ def _omni_parser(version: str) -> argparse.ArgumentParser:
     assert "args.headless" in text
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
     parser.add_argument("model")
-    parser.add_argument("--headless", action="store_true")
+    parser.add_argument("--headless", action="store_true")  # vLLM's own flags from here
+    parser.add_argument("--port", type=int)
     types = {"int": int, "str": str, "float": float}
     for node in ast.walk(ast.parse(text)):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "add_argument"):
@@ -151,31 +166,42 @@ def _omni_parser(version: str) -> argparse.ArgumentParser:
 def test_every_command_parses_with_that_versions_flags(version):
     parser = _omni_parser(version)
     result = multi("4xH100-80GB", nodes=2, version=version, replicas="auto")
-    seen_head = 0
-    for layout in layouts(result):
-        for command in commands(result, layout):
-            words = shlex.split(command.replace('"$OMNI_MASTER_ADDR"', "10.0.0.1").replace('"$OMNI_MASTER_PORT"', "29600"))
+    by_file = {file_name(layout): layout for layout in layouts(result)}
+    heads = 0
+    for node in {g.gpu.node for g in result.gpus}:
+        for command, _ in commands(result, node):
+            words = shlex.split(command.replace('"$OMNI_MASTER_ADDR"', "10.0.0.1").replace('"$OMNI_MASTER_PORT"', "29600")
+                                .replace('"$OMNI_API_PORT"', "8000"))
             assert words[:2] == ["vllm", "serve"]
             args = parser.parse_args(words[2:])
-            assert args.omni and args.deploy_config == file_name(layout.node)
+            layout = by_file[args.deploy_config]
+            assert args.omni and layout.node == node
             assert args.stage_id is not None and args.omni_master_address and args.omni_master_port == 29600
             assert args.omni_dp_size_local == layout.replicas[args.stage_id] >= 1
-            seen_head += not args.headless
-    assert seen_head == 1  # one head serves the API
+            assert args.headless != layout.head
+            heads += layout.head
+    assert heads == 1  # one head serves the API
 
 
-def test_edges_across_hosts_use_a_connector_that_crosses_hosts():
-    result = multi("4xH100-80GB", nodes=2, replicas="auto")
-    crossing = cross_host_edges(result)
-    assert crossing
+def test_once_an_edge_crosses_hosts_every_edge_uses_the_cross_host_connector():
+    """A stage worker sends on the connector it receives on (its first inbound edge's)."""
+    result = multi("node0=2xH100-80GB;node1=1xH100-80GB", replicas="1", model="qwen2.5-omni-7b")
+    assert crosses_hosts(result)
     factory = source("0.30", "vllm_omni/distributed/omni_connectors/factory.py")
     assert '"MooncakeStoreConnector"' in factory
-    for node, doc in _host_files(result).items():
+    for name, doc in _files(result).items():
         connector = doc["connectors"]["connector_across_hosts"]
-        assert connector["name"] == "MooncakeStoreConnector" and connector["extra"]["host"] == node
+        assert connector["name"] == "MooncakeStoreConnector" and connector["extra"]["host"] in ("node0", "node1")
         by_id = {s["stage_id"]: s for s in doc["stages"]}
-        for a, b in crossing:
-            assert by_id[b]["input_connectors"][f"from_stage_{a}"] == "connector_across_hosts"
+        for a, b in edges(result):
+            assert by_id[b]["input_connectors"][f"from_stage_{a}"] == "connector_across_hosts", (name, a, b)
+
+
+def test_the_head_prefers_a_stage_its_host_holds_alone():
+    result = multi("4xH100-80GB", nodes=2, replicas="auto")
+    head, stage = head_of(result)
+    holders = {result.gpus[d].gpu.node for sp in result.stages if sp.stage.stage_id == stage for d in sp.devices}
+    assert holders == {head}
 
 
 # --- the command line -----------------------------------------------------------------------
@@ -185,23 +211,25 @@ def test_a_multi_host_plan_is_a_folder_of_files_and_launch_sh(tmp_path):
     out = tmp_path / "plan"
     result = run("--nodes", "2", "--gpus", "4xH100-80GB", "--model", "qwen3-omni-moe", "-o", out, "-q")
     assert result.exit_code == 0, result.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["launch.sh", "node0.yaml", "node1.yaml"]
+    assert sorted(p.name for p in out.iterdir()) == ["head.yaml", "launch.sh", "node0.yaml", "node1.yaml"]
     assert "--nodes 2 --gpus 4xH100-80GB" in (out / "node0.yaml").read_text().splitlines()[1]
     script = out / "launch.sh"
     assert subprocess.run(["sh", "-n", str(script)]).returncode == 0
     usage = subprocess.run(["sh", str(script)], capture_output=True, text=True)
     assert usage.returncode == 2 and "one of: node0 node1" in usage.stderr
     doc = json.loads(run("--nodes", "2", "--gpus", "4xH100-80GB", "--model", "qwen3-omni-moe", "--format", "json").stdout)
-    assert [h["node"] for h in doc["hosts"]] == ["node0", "node1"]
+    assert [h["node"] for h in doc["hosts"]] == ["node0", "node1"] and doc["head"]["node"] in ("node0", "node1")
+    assert sorted(doc["deploy_files"]) == ["head.yaml", "node0.yaml", "node1.yaml"]
     assert {r["node"] for s in doc["stages"] for r in s["replicas"]} <= {"node0", "node1"}
 
 
 @pytest.mark.parametrize("args, needle", [
     (["--nodes", "2", "--gpus", "4xH100-80GB"], "give -o FOLDER"),
-    (["--nodes", "2", "--gpus", "4xH100-80GB", "--omni-version", "0.20", "--format", "json"], "0.22+"),
-    (["--nodes", "2", "--gpus", "4xH100-80GB", "--omni-version", "0.24", "--schema", "stage-args", "--format", "json"],
+    (["--nodes", "2", "--gpus", "4xH100-80GB", "--omni-version", "0.20", "--format", "json"], "0.26+"),
+    (["--nodes", "2", "--gpus", "4xH100-80GB", "--omni-version", "0.24", "--format", "json"], "ignore the connectors"),
+    (["--nodes", "2", "--gpus", "4xH100-80GB", "--omni-version", "0.26", "--schema", "stage-args", "--format", "json"],
      "use --schema deploy"),
-    (["--nodes", "2", "--gpus", "4xH100-80GB", "--omni-version", "0.16"], "0.22+"),  # before asking for -o
+    (["--nodes", "2", "--gpus", "4xH100-80GB", "--omni-version", "0.16"], "0.26+"),  # before asking for -o
     (["--gpus", "a=2xH100-80GB;a=2xL40S"], "names host 'a' twice"),
     (["--gpus", "a=2xH100-80GB;A=2xL40S"], "ignoring case"),
     (["--gpus", "a b=2xH100-80GB"], "1 to 63 letters"),
@@ -227,8 +255,8 @@ def test_a_file_where_a_folder_is_needed_is_refused(tmp_path):
     assert target.read_text() == "keep me\n"
 
 
-def test_multi_host_defaults_to_the_deploy_schema_where_the_version_defaults_to_stage_args():
-    result = run("--nodes", "2", "--gpus", "4xH100-80GB", "--model", "qwen3-omni-moe", "--omni-version", "0.24",
+def test_multi_host_defaults_to_the_deploy_schema():
+    result = run("--nodes", "2", "--gpus", "4xH100-80GB", "--model", "qwen3-omni-moe", "--omni-version", "0.26",
                  "--format", "json")
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout)["schema"] == "deploy"
@@ -239,7 +267,7 @@ def test_a_folder_is_replaced_as_a_whole_and_never_holds_what_we_did_not_write(t
     assert run("--nodes", "3", "--gpus", "4xH100-80GB", "--model", "qwen3-omni-moe", "-o", out, "-q").exit_code == 0
     assert (out / "node2.yaml").exists()
     assert run("--nodes", "2", "--gpus", "4xH100-80GB", "--model", "qwen3-omni-moe", "-o", out, "-q").exit_code == 0
-    assert sorted(p.name for p in out.iterdir()) == ["launch.sh", "node0.yaml", "node1.yaml"]  # node2 was stale
+    assert sorted(p.name for p in out.iterdir()) == ["head.yaml", "launch.sh", "node0.yaml", "node1.yaml"]  # no node2
     (out / "notes.txt").write_text("mine\n")
     before = {p.name: p.read_text() for p in out.iterdir()}
     result = run("--nodes", "2", "--gpus", "8xH100-80GB", "--model", "qwen3-omni-moe", "-o", out)
