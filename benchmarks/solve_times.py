@@ -91,7 +91,7 @@ def brute_force_rows() -> list[list[str]]:
             headroom = sum(h for h, st in zip(solution.headroom_milli, problem.stages) if st.has_kv)
             got = (solution.objective, headroom, sum(a.util_steps for a in solution.assignments))
         rows.append([model, gpus, replicas, "yes" if got == expected else f"NO: {got} vs {expected}",
-                     f"{brute:.2f}", f"{fast:.3f}", f"{brute / fast:.0f}x"])
+                     f"{brute:.3f}", f"{fast:.3f}", f"{brute / fast:.2g}x"])
     return rows
 
 
