@@ -16,10 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import vllm_facts as F
-from .catalog import lookup_model
+from .catalog import lookup_model, pipeline_from_config
 from .errors import InputError
 from .gpus import lookup_gpu
-from .hfconfig import pipeline_from_config
 from .memory import StageKnobs, kv_bytes_per_token, kv_tokens, stage_memory
 from .vllm_facts import GiB, OMNI_VERSIONS, OmniVersion
 from .yamlio import parse_json

@@ -8,7 +8,8 @@ the CP-SAT model; the start-up model re-checks the accounting in bytes. Exponent
 meant for 2-4 GPUs, 2-3 stages, coarse resolutions.
 
 Replicas: k copies of a stage on k x tp GPUs, sharing the fraction; each counts the KV
-of the pool's smallest GPU as headroom on its own (capped).
+of the pool's smallest GPU as headroom on its own (capped). Hosts: a stage holds whole TP
+groups on each host; with shared_gpus off, no GPU holds two stages.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ def _choices(problem: Problem, st: StageProblem):
             for gpus in combinations(range(len(problem.gpus)), k * opt.tp):
                 if st.pinned_devices is not None and tuple(gpus) != tuple(st.pinned_devices):
                     continue
+                hosts = [problem.gpus[g].node for g in gpus]
+                if any(hosts.count(h) % opt.tp for h in set(hosts)):  # whole TP groups on each host
+                    continue
                 for u in range(1, R + 1):
                     kv = _kv_mib(problem, st, opt, gpus, u)
                     if kv is not None:
@@ -52,6 +56,10 @@ def _kv_mib(problem: Problem, st: StageProblem, opt: TpOption, gpus, u: int) -> 
 
 def _fits(problem: Problem, picks) -> bool:
     R = problem.resolution
+    if not problem.shared_gpus:
+        held = [g for _, gpus, *_ in picks for g in gpus]
+        if len(held) != len(set(held)):
+            return False
     for g, gpu in enumerate(problem.gpus):
         capacity = R * ((gpu.total_bytes - problem.reserve_bytes) // MiB)
         for members in problem.coresident:

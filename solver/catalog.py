@@ -407,3 +407,17 @@ def lookup_model(name: str) -> PipelineSpec:
     if key not in catalog:
         raise InputError(f"unknown model {name!r}; known models: {', '.join(sorted(catalog))}")
     return catalog[key]
+
+
+def pipeline_from_config(cfg: dict, name: str, where: str = "config.json") -> PipelineSpec:
+    """The one-stage pipeline of a decoder LLM's config.json (hfconfig.one_stage_pipeline),
+    validated; a value the schema refuses is an InputError naming it."""
+    from .hfconfig import one_stage_pipeline
+
+    data = one_stage_pipeline(cfg, name, where)
+    try:
+        return PipelineSpec.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        at = ".".join(str(part) for part in first.get("loc", ()))
+        raise InputError(f"{where}: cannot describe this model ({at}: {first.get('msg')})") from None

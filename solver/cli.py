@@ -83,7 +83,7 @@ def workers_option(text: str | None) -> int | None:
 @click.option("--gpus", "gpus_text", multiple=True, metavar="NxNAME[,...]",
               help="GPUs in CUDA order, e.g. 2xH100-80GB or 1xH100-80GB,1xA100-40GB; `local` reads them through NVML; "
                    "hosts: node0=8xH100-80GB;node1=4xL40S.")
-@click.option("--nodes", multiple=True, metavar="N", help="N identical hosts, each with the --gpus given (vLLM-Omni 0.22+).")
+@click.option("--nodes", multiple=True, metavar="N", help="N identical hosts, each with the --gpus given (vLLM-Omni 0.26+).")
 @click.option("--model", "model_name", multiple=True, metavar="NAME|DIR|ORG/NAME",
               help="A catalog pipeline (see `omni-autoconf models`), a local Hugging Face model directory, or a Hub id.")
 @click.option("--omni-version", multiple=True, metavar="X.Y",

@@ -84,8 +84,7 @@ def resolve_settings(pipeline: PipelineSpec, config: ConfigFile, version: OmniVe
             raise InputError(f"{config.path}: no stage {spec.stage_id} ({spec.name}) for {pipeline.name}")
         tp = st.tensor_parallel_size or 1
         replicas = st.num_replicas or 1
-        devices = st.devices if st.devices is not None else tuple(range(tp))
-        devices, layout_error = split_replicas(devices, replicas, tp, spec.stage_id, version)
+        devices, layout_error = split_replicas(st.devices, replicas, tp, spec.stage_id, version)
         util = st.gpu_memory_utilization
         if util is None:
             util = F.default_gpu_memory_utilization(version.vllm)
@@ -113,29 +112,38 @@ def resolve_settings(pipeline: PipelineSpec, config: ConfigFile, version: OmniVe
     return out
 
 
-def split_replicas(devices: tuple[int, ...], replicas: int, tp: int, stage_id: int,
+def split_replicas(devices: tuple[int, ...] | None, replicas: int, tp: int, stage_id: int,
                    version: OmniVersion) -> tuple[tuple[int, ...], str | None]:
     """The device pool of a stage's replicas as vLLM-Omni splits it (replica r takes a
     consecutive slice of tp ids), and its error message when it cannot. vllm_omni
     engine/stage_init_utils.py split_devices_for_replicas: 0.20 pool only (R x tp ids);
-    0.22+ also a template of tp ids that replica r offsets by r x tp."""
+    0.22+ also a template of tp ids that replica r offsets by r x tp. `devices` None: the
+    file gives none (a stage of one replica then runs on GPUs 0..tp-1)."""
+    if devices is None and replicas > 1:
+        if not version.replicas_without_devices:
+            return tuple(range(tp)), (f"Stage {stage_id}: num_replicas={replicas} without devices: vLLM-Omni "
+                                      f"{version.name} fails to start it (one device slot for {replicas} replicas)")
+        return tuple(range(tp)), (f"Stage {stage_id}: num_replicas={replicas} without devices: every replica "
+                                  f"would run on GPUs 0..{tp - 1} together; give the pool of devices")
+    if devices is None:
+        devices = tuple(range(tp))
     if replicas <= 1:
         return devices, None
-    if version.vllm < (0, 20):
+    if not version.has_replicas:
         return devices, f"Stage {stage_id}: num_replicas is read from vLLM-Omni 0.20; {version.name} runs one replica"
     shown = ",".join(map(str, devices))
     if len(devices) == replicas * tp:
         return devices, None
-    if version.vllm >= (0, 22) and len(devices) == tp:
+    if version.replica_template_devices and len(devices) == tp:
         bad = [a for a in devices if not 0 <= a < tp]
         if bad:
             return devices, (f"Stage {stage_id}: template-mode device offset(s) {bad} out of range [0, {tp}); "
                              f"devices={shown!r}")
         return tuple(r * tp + a for r in range(replicas) for a in devices), None
-    if version.vllm < (0, 22):
+    if not version.replica_template_devices:
         return devices, (f"Stage {stage_id}: num_replicas={replicas}, tensor_parallel_size={tp} requires "
                          f"{replicas * tp} devices, got {len(devices)}: {shown}")
-    if version.vllm < (0, 28):  # 0.22-0.26 word it in terms of TP
+    if version.replica_split_wording == "tp":
         return devices, (f"Stage {stage_id}: devices={shown!r} has {len(devices)} id(s); need either {tp} (template, "
                          f"dp-independent) or {replicas * tp} (pool / legacy). num_replicas={replicas}, "
                          f"tensor_parallel_size={tp}.")

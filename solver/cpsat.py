@@ -33,7 +33,8 @@ Constraints, one function each:
                          sum_{c,P containing s} n[c,P] = sum_{o,k} k tp_o x[s,o] y[s,k]
     _add_hosts           with several hosts (classes never span one): on host h stage s holds
                          whole TP groups, sum_{c on h, P containing s} n[c,P] = sum_o tp_o r[s,h,o],
-                         r[s,h,o] <= K x[s,o], and sum_{h,o} r[s,h,o] = its replica count;
+                         r[s,h,o] <= k_max x[s,o] (k_max: its largest replica count), and
+                         sum_{h,o} r[s,h,o] = its replica count;
                          identical hosts in order: their pattern-count vectors are
                          lexicographically non-increasing (one weighted sum per pair)
     _add_pins            a TP degree or GPU set fixed by the user (--tp, --devices); a pinned
@@ -54,7 +55,7 @@ infeasible). Every rounding goes the safe way: capacities are floored, needs are
 up, and the 2R term in the demand covers vLLM's ceil() and the floored capacity. The
 plan's reported figures are then recomputed in bytes and re-checked by `startup`.
 
-Objective, lexicographic (each phase fixes the optimum of the one before):
+Objective, lexicographic (each phase fixes the optimum of the one before; objective.py):
     1. maximise z with w_s z <= 100 h[s] for KV stages (the smallest weighted headroom)
     2. maximise sum_s h[s]
     2b. with replicas: minimise sum_s k y[s,k] (no replica that adds no headroom)
@@ -70,7 +71,8 @@ from __future__ import annotations
 from math import gcd
 
 from . import defaults as D
-from .patterns import lexicographic_phases, pattern_name, patterns, span, stages_of
+from .objective import Objective, max_milli
+from .patterns import pattern_name, patterns, stages_of
 from .problem import MILLI, Problem
 from .solving import Solution, SolveStatus, StageAssignment, lexicographic, run_solver
 from .vllm_facts import MiB
@@ -86,7 +88,7 @@ def _up(nbytes: int) -> int:
     return -(-nbytes // MiB)
 
 
-class Model:
+class Model(Objective):
     """Variables and constraints around one CpModel (built once, re-solved per phase).
 
     With `explain=True` every requirement group is enforced by an assumption literal
@@ -130,10 +132,11 @@ class Model:
             for s in stages_of(P):
                 self.m.Add(var <= len(self.classes[c]) * self.on[s, c])
         # y[s,k]: stage s runs k replicas (only stages that may have more than one)
+        self.counts = {s: self._replica_options(st) for s, st in enumerate(problem.stages)}
         self.y = {
-            (s, k): self.m.NewBoolVar(f"replicas[{st.name}]={k}")
-            for s, st in enumerate(problem.stages) if len(st.replica_counts()) > 1 or st.replica_counts()[0] > 1
-            for k in st.replica_counts()
+            (s, k): self.m.NewBoolVar(f"replicas[{problem.stages[s].name}]={k}")
+            for s, counts in self.counts.items() if counts != [1]
+            for k in counts
         }
         self.u = {s: self.m.NewIntVar(1, R, f"util[{problem.stages[s].name}]") for s in S}
         # When explaining, kv may go negative (a fraction short of the weights) so that
@@ -148,13 +151,21 @@ class Model:
         self._add_min_kv()
         if not explain:
             self.mr = {
-                s: self.m.NewIntVar(0, _max_milli(problem, s, self.max_c * MiB), f"requests_milli[{problem.stages[s].name}]")
+                s: self.m.NewIntVar(0, max_milli(problem, s, self.max_c * MiB), f"requests_milli[{problem.stages[s].name}]")
                 for s in S
             }
-            self.h = {s: self.m.NewIntVar(0, problem.stages[s].replica_counts()[-1] * _max_milli(problem, s, self.max_c * MiB),
+            self.h = {s: self.m.NewIntVar(0, problem.stages[s].replica_counts()[-1] * max_milli(problem, s, self.max_c * MiB),
                                           f"headroom[{problem.stages[s].name}]")
                       for s in S}
             self._add_capacity_units()
+
+    def _replica_options(self, st) -> list[int]:
+        """The replica counts stage `st` may take. A count fixed by --replicas N is, when
+        explaining, one requirement among others: 1 stays possible, N is required."""
+        counts = list(st.replica_counts())
+        if self.explain and st.fixed_replicas is not None and st.fixed_replicas > 1:
+            return [1, st.fixed_replicas]
+        return counts
 
     def _require(self, group: str, constraint) -> None:
         """Make `constraint` part of requirement `group` (an assumption when explaining)."""
@@ -172,12 +183,14 @@ class Model:
     def _add_choice(self) -> None:
         for s, st in enumerate(self.pb.stages):
             self.m.AddExactlyOne(self.x[s, o] for o in range(len(st.options)))
-            counts = st.replica_counts()
+            counts = self.counts[s]
             if (s, counts[0]) not in self.y:
                 self.m.Add(self.gpu_count(s) == sum(opt.tp * self.x[s, o] for o, opt in enumerate(st.options)))
                 continue
             # z[o,k] = x[s,o] and y[s,k]: the pool holds k x tp GPUs
             self.m.AddExactlyOne(self.y[s, k] for k in counts)
+            if counts != list(st.replica_counts()):  # explaining a fixed --replicas N
+                self._require(f"replicas[{st.name}]", self.m.Add(self.y[s, st.fixed_replicas] == 1))
             z = {}
             for o, opt in enumerate(st.options):
                 for k in counts:
@@ -189,10 +202,10 @@ class Model:
 
     def replica_count(self, s: int):
         """The number of replicas of stage s: a variable's sum, or the one fixed count."""
-        st = self.pb.stages[s]
-        if (s, st.replica_counts()[0]) not in self.y:
-            return st.replica_counts()[0]
-        return sum(k * self.y[s, k] for k in st.replica_counts())
+        counts = self.counts[s]
+        if (s, counts[0]) not in self.y:
+            return counts[0]
+        return sum(k * self.y[s, k] for k in counts)
 
     def _add_hosts(self) -> None:
         """A TP group never spans hosts: on each host a stage holds whole replicas,
@@ -203,7 +216,7 @@ class Model:
         host_classes = {h: [c for c, members in enumerate(self.classes) if self.pb.gpus[members[0]].node == h]
                         for h in nodes}
         for s, st in enumerate(self.pb.stages):
-            most = st.replica_counts()[-1]
+            most = self.counts[s][-1]
             per_host = []
             for h in nodes:
                 held = sum(v for (c, P), v in self.n.items() if c in host_classes[h] and P >> s & 1)
@@ -222,19 +235,23 @@ class Model:
         relabelling hosts makes no new plan. Encoded as one weighted sum per pair where
         the weights fit in 62 bits; beyond that the pair is left to the search."""
         def shape(h: str):
-            return [(self.pb.gpus[self.classes[c][0]].name, len(self.classes[c]),
+            return [(self.pb.gpus[self.classes[c][0]].name, self.pb.gpus[self.classes[c][0]].total_bytes,
+                     len(self.classes[c]),
                      any(st.pinned_devices and self.classes[c][0] in st.pinned_devices for st in self.pb.stages))
                     for c in host_classes[h]]
 
+        # only the patterns a GPU may hold (one stage each when GPUs are not shared)
+        usable = [P for P in self.patterns if self.pb.shared_gpus or not P & (P - 1)]
         for a, b in zip(nodes, nodes[1:]):
             if shape(a) != shape(b) or any(pinned for *_, pinned in shape(a)):
                 continue
             most = max(len(self.classes[c]) for c in host_classes[a]) + 1
-            length = len(host_classes[a]) * len(self.patterns)
+            length = len(host_classes[a]) * len(usable)
             if most ** length >= 2 ** 62:
                 continue
+
             def weighted(h: str):
-                values = [self.n[c, P] for c in host_classes[h] for P in self.patterns]
+                values = [self.n[c, P] for c in host_classes[h] for P in usable]
                 return sum(most ** (length - 1 - i) * v for i, v in enumerate(values))
             self.m.Add(weighted(a) >= weighted(b))
 
@@ -323,7 +340,7 @@ class Model:
                     self.m.Add(self.h[s] <= MILLI * st.headroom_cap_requests)
                 continue
             # every replica holds at least the pool's smallest KV: k x capacity, each capped
-            per_replica = self.m.NewIntVar(0, _max_milli(self.pb, s, self.max_c * MiB), f"per_replica[{st.name}]")
+            per_replica = self.m.NewIntVar(0, max_milli(self.pb, s, self.max_c * MiB), f"per_replica[{st.name}]")
             self.m.Add(per_replica <= self.mr[s])
             if st.headroom_cap_requests is not None:
                 self.m.Add(per_replica <= MILLI * st.headroom_cap_requests)
@@ -332,72 +349,8 @@ class Model:
 
     # --- solving -----------------------------------------------------------------
 
-    def phases(self) -> list[tuple[str, object, bool]]:
-        """(name, expression, maximise) in the order they are optimised."""
-        pb = self.pb
-        kv_stages = [s for s, st in enumerate(pb.stages) if st.has_kv]
-        z_max = max([0, *(100 * pb.stages[s].replica_counts()[-1] * _max_milli(pb, s, self.max_c * MiB)
-                          for s in kv_stages)])
-        z = self.m.NewIntVar(0, z_max, "z")
-        for s in kv_stages:
-            self.m.Add(pb.stages[s].weight_pct * z <= 100 * self.h[s])
-        if not kv_stages:
-            self.m.Add(z == 0)
-        out: list[tuple[str, object, bool]] = [
-            ("smallest weighted headroom", z, True),
-            ("total headroom", sum(self.h[s] for s in kv_stages), True),
-        ]
-        if self.y:
-            out.append(("fewest replicas", sum(k * v for (_, k), v in self.y.items()), False))
-        out.append(("fractions given back", sum(self.u.values()), False))
-        for s, st in enumerate(pb.stages):
-            most = st.replica_counts()[-1] + 1
-            replicas = sum(k * v for (ss, k), v in self.y.items() if ss == s)
-            out.append((f"GPUs, then replicas of {st.name}", most * self.gpu_count(s) + replicas, False))
-            out.append((f"fraction of {st.name}", self.u[s], True))
-        for c, members in enumerate(self.classes):  # which GPUs share which stages
-            out.extend(lexicographic_phases(f"layout of GPUs {span(members)}", [self.n[c, P] for P in self.patterns],
-                                      len(members)))
-        return out
-
     def solve_lexicographic(self, time_limit_s: float, workers: int) -> Solution:
         return lexicographic(self, time_limit_s, workers)
-
-    def hint(self, solver) -> None:
-        """Start the next phase from this solution."""
-        self.m.ClearHints()
-        for var in [*self.x.values(), *self.n.values(), *self.u.values(), *self.y.values()]:
-            self.m.AddHint(var, solver.Value(var))
-
-    def read(self, solver) -> tuple[tuple[StageAssignment, ...], tuple[int, ...]]:
-        """The assignments and h[s] of a solution."""
-        # Within a class, patterns take GPUs in the order of self.patterns (stage 0's first).
-        stage_gpus: dict[int, list[int]] = {s: [] for s in range(len(self.pb.stages))}
-        for c, members in enumerate(self.classes):
-            free = iter(members)
-            for P in self.patterns:
-                for _ in range(solver.Value(self.n[c, P])):
-                    g = next(free)
-                    for s in stages_of(P):
-                        stage_gpus[s].append(g)
-        out = []
-        for s, st in enumerate(self.pb.stages):
-            option = next(o for o in range(len(st.options)) if solver.BooleanValue(self.x[s, o]))
-            counts = st.replica_counts()
-            replicas = next((k for k in counts if (s, k) in self.y and solver.BooleanValue(self.y[s, k])), counts[0])
-            out.append(StageAssignment(option_index=option, gpus=tuple(sorted(stage_gpus[s])),
-                                       util_steps=solver.Value(self.u[s]), replicas=replicas))
-        return tuple(out), tuple(solver.Value(self.h[s]) for s in range(len(self.pb.stages)))
-
-
-def _max_milli(problem: Problem, s: int, max_bytes: int) -> int:
-    """Upper bound of m[s]: the whole largest GPU as KV cache at the cheapest TP option."""
-    st = problem.stages[s]
-    if not st.has_kv:
-        return 0
-    cheapest = min(opt.memory.kv_bytes_per_token for opt in st.options)
-    return MILLI * max_bytes // (cheapest * st.max_model_len)
-
 
 def feasibility(problem: Problem, time_limit_s: float, workers: int | None = None) -> SolveStatus:
     """Whether any plan satisfies `problem` (one solve, no objective): OPTIMAL when one

@@ -22,7 +22,7 @@ from .vllm_facts import GiB
 class Requirement:
     """One requirement group of the conflict."""
 
-    group: str  # capacity, fits, max-model-len, min-concurrency, pinned-tp, pinned-devices
+    group: str  # capacity, fits, max-model-len, min-concurrency, replicas, pinned-tp, pinned-devices
     subject: str  # a stage name, or "gpuN"
     text: str
 
@@ -74,6 +74,8 @@ def _describe(problem: Problem, group: str, subject: str) -> str:
             f"{st.name} must hold {st.min_requests} requests of {st.max_model_len} tokens: "
             f"{_gib(st.min_kv_bytes(opt))} of KV per rank at TP={opt.tp}"
         )
+    if group == "replicas":
+        return f"{st.name} runs {st.fixed_replicas} replicas (--replicas {st.fixed_replicas})"
     if group == "pinned-tp":
         return f"{st.name} is pinned to tensor_parallel_size {st.pinned_tp}"
     if group == "pinned-devices":

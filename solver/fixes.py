@@ -97,6 +97,10 @@ def _candidates(request: Request, budget: _Budget) -> Iterator[Fix]:
         if larger and name not in request.devices:
             fixed = replace(request, tp={**request.tp, name: larger[0]})
             yield Fix("larger-tp", f"run {name} at tensor_parallel_size {larger[0]} instead of {tp}", fixed, (2, larger[0]))
+    if request.replicas not in (None, "auto", "1"):
+        fixed = replace(request, replicas="auto")
+        yield Fix("fewer-replicas", f"let the solver choose each stage's replicas instead of {request.replicas} of "
+                  "every stage (--replicas auto)", fixed, (3, 0))
     for name in sorted(request.devices):
         devices = {k: v for k, v in request.devices.items() if k != name}
         tp = {k: v for k, v in request.tp.items() if k != name}
@@ -181,5 +185,5 @@ def propose_fixes(request: Request) -> tuple[list["Fix"], str]:
     return found, note
 
 
-FIX_KINDS = ("fp8 KV cache, untested TP degrees, larger TP, moving a pinned stage, fewer requests, shorter "
-             "max_model_len, extra GPUs")
+FIX_KINDS = ("fp8 KV cache, untested TP degrees, larger TP, replicas chosen per stage, moving a pinned stage, "
+             "fewer requests, shorter max_model_len, extra GPUs")

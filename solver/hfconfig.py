@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from .catalog import PipelineSpec
 from .errors import InputError
 
 _DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "half": "float16", "float32": "float32", "float": "float32"}
@@ -136,8 +135,9 @@ def section(cfg: dict, path: str, where: str) -> dict:
     return node
 
 
-def pipeline_from_config(cfg: dict, name: str, where: str = "config.json") -> PipelineSpec:
-    """A one-stage pipeline for the decoder LLM that `cfg` (a config.json) describes."""
+def one_stage_pipeline(cfg: dict, name: str, where: str = "config.json") -> dict[str, Any]:
+    """The catalog data of a one-stage pipeline for the decoder LLM that `cfg` (a
+    config.json) describes; catalog.pipeline_from_config validates it."""
     if not isinstance(cfg, dict):
         raise InputError(f"{where}: expected a JSON object")
     cfg = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) and "num_hidden_layers" not in cfg else cfg
@@ -179,18 +179,7 @@ def pipeline_from_config(cfg: dict, name: str, where: str = "config.json") -> Pi
 
     slug = re.sub(r"[^a-z0-9.\-]+", "-", name.rstrip("/").split("/")[-1].lower() if "/" in name and
                   name.startswith((".", "/", "~")) else name.lower()).strip("-.") or "model"
-    from pydantic import ValidationError
-
-    try:
-        return _validated(slug, name, architectures, stage)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        at = ".".join(str(part) for part in first.get("loc", ()))
-        raise InputError(f"{where}: cannot describe this model ({at}: {first.get('msg')})") from None
-
-
-def _validated(slug: str, name: str, architectures: list[str], stage: dict) -> PipelineSpec:
-    return PipelineSpec.model_validate({
+    return {
         "name": slug,
         "hf_id": name,
         "description": f"{name}: a one-stage decoder LLM read from its config.json",
@@ -198,4 +187,4 @@ def _validated(slug: str, name: str, architectures: list[str], stage: dict) -> P
         "legacy_versions": "0.12-0.26",
         "legacy_versions_source": "a one-stage pipeline has no stage wiring to name",
         "stages": [stage],
-    })
+    }

@@ -16,10 +16,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .catalog import PipelineSpec, catalog_text, load_pipeline_text, lookup_model, model_catalog
+from .catalog import PipelineSpec, catalog_text, load_pipeline_text, lookup_model, model_catalog, pipeline_from_config
 from .checkpoint import Checkpoint, looks_like_hub_id, read_hub, read_local
 from .errors import InputError
-from .hfconfig import pipeline_from_config
 
 # safetensors dtype -> bytes per element (https://huggingface.co/docs/safetensors)
 _ELEMENT = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "BF16": 2, "F16": 2, "I16": 2, "U16": 2,

@@ -14,7 +14,7 @@ vllm_omni/entrypoints/cli/serve.py, engine/stage_engine_startup.py, engine/stage
 - head.yaml gives each other stage the devices template 0..TP-1: the head splits every
   stage's devices, and 0.26 fails (IndexError) on `num_replicas` > 1 without devices; the
   values are never used, remote replicas drop their runtime.
-- Every other (host, stage) runs `vllm serve MODEL --omni --deploy-config <host>.yaml
+- Every other (host, stage) runs `vllm serve MODEL --omni --deploy-config host-<host>.yaml
   --headless --stage-id J -oma A -omp P --omni-dp-size-local n`: n local replicas of stage J,
   their devices split from the file's `devices` (a pool of n x TP local ids) by
   `split_devices_for_replicas`, checked from 0.28 by `check_device_layout` against the
@@ -42,7 +42,6 @@ from dataclasses import dataclass, field
 from .gpus import local_index, node_names
 from .planner import Plan
 
-MIN_VERSION = (0, 26)
 MASTER_PORT = 29600  # a default for --omni-master-port; any free TCP port on the head host
 API_PORT = 8000  # vLLM's own default --port, written out so that launch.sh can poll /health
 # Model loading, compilation and graph capture of every stage before the head is ready can
@@ -152,7 +151,8 @@ def layouts(plan: Plan) -> list[HostLayout]:
 
 
 def file_name(layout: HostLayout) -> str:
-    return HEAD_FILE if layout.head else f"{layout.node}.yaml"
+    """head.yaml, or host-NAME.yaml: no host name can make the head's file name."""
+    return HEAD_FILE if layout.head else f"host-{layout.node}.yaml"
 
 
 def _model(plan: Plan) -> str:
@@ -211,9 +211,19 @@ def launch_script(plan: Plan, header: str) -> str:
         f': "${{OMNI_MASTER_ADDR:?set OMNI_MASTER_ADDR to an IP address of {head}}}"',
         f': "${{OMNI_MASTER_PORT:={MASTER_PORT}}}"',
         f': "${{OMNI_API_PORT:={API_PORT}}}"',
+        f': "${{OMNI_HEAD_WAIT_S:={INIT_TIMEOUT_S}}}"',
         "export OMNI_MASTER_ADDR OMNI_MASTER_PORT OMNI_API_PORT",
+        'cd "$(dirname "$0")"  # the deploy files lie beside this script',
+        'pids=""',
+        "trap 'kill $pids 2>/dev/null; exit 130' INT  # stopping the script stops its processes",
+        "trap 'kill $pids 2>/dev/null; exit 143' TERM",
+        'start() { "$@" & pids="$pids $!"; }',
         "wait_for_head() {  # replicas of the head's stage register only once the head serves",
-        '  until curl -fsS "http://$OMNI_MASTER_ADDR:$OMNI_API_PORT/health" >/dev/null 2>&1; do sleep 10; done',
+        "  waited=0",
+        '  until curl -fsS "http://$OMNI_MASTER_ADDR:$OMNI_API_PORT/health" >/dev/null 2>&1; do',
+        '    [ "$waited" -lt "$OMNI_HEAD_WAIT_S" ] || { echo "launch.sh: the head did not answer in time" >&2; exit 1; }',
+        "    sleep 10; waited=$((waited + 10))",
+        "  done",
         "}",
         'case "$1" in',
     ]
@@ -224,7 +234,10 @@ def launch_script(plan: Plan, header: str) -> str:
             lines += [f'    echo "launch.sh: this plan runs nothing on {node}" >&2', "    ;;"]
             continue
         for command, after_head in host_commands:
-            lines.append(f"    {'(wait_for_head; ' if after_head else ''}{command}{')' if after_head else ''} &")
-        lines += ["    wait", "    ;;"]
-    lines.append("esac")
+            lines.append(f'    (wait_for_head && exec {command}) & pids="$pids $!"' if after_head else f"    start {command}")
+        lines += ["    ;;"]
+    lines += ["esac", "status=0  # the first failure among this host's processes, if any",
+              'for pid in $pids; do wait "$pid" || { code=$?; [ "$status" -ne 0 ] || status=$code; }; done',
+              'exit "$status"']
     return "\n".join(lines) + "\n"
+

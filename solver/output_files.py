@@ -115,6 +115,9 @@ def _stale(folder: str, keep: set[str]) -> list[str]:
         path = os.path.join(folder, name)
         if name in keep and (_ours(path) or not os.path.lexists(path)):
             continue
+        if name.startswith(".omni-autoconf-") and os.path.isfile(path) and not os.path.islink(path):
+            stale.append(path)  # a temporary an interrupted run left behind
+            continue
         if not (name.endswith(".yaml") or name == "launch.sh") or not _ours(path):
             raise InputError(f"-o {folder}: it holds {name}, which omni-autoconf did not write; give an empty or new "
                              "folder (or one an earlier multi-host plan was written to)")
@@ -127,6 +130,7 @@ def write_folder(folder: str, files: dict[str, str]) -> list[str]:
     temporary first, then all are moved in place, and the files of an earlier plan there
     that this one does not write are removed. Returns the paths written."""
     stale = _stale(folder, set(files))
+    created = not os.path.isdir(folder)
     os.makedirs(folder, exist_ok=True)
     umask = os.umask(0)
     os.umask(umask)
@@ -147,6 +151,14 @@ def write_folder(folder: str, files: dict[str, str]) -> list[str]:
             for path in stale:
                 os.unlink(path)
             interrupts.mark_written(folder)
+    except BaseException:
+        if created and not interrupts.received():  # nothing of this run stays behind
+            for tmp in temps.values():
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+            if not os.listdir(folder):
+                os.rmdir(folder)
+        raise
     finally:
         for tmp in temps.values():
             if os.path.exists(tmp):

@@ -271,18 +271,12 @@ def calibrated(request: Request, stage: str, tp: int, memory: StageMemory) -> St
     return cal.apply(stage, memory, tp)
 
 
-def supports_replicas(request: Request) -> bool:
-    """Per-stage replicas exist from vLLM-Omni 0.20 (StageDeployConfig.num_replicas; the
-    legacy runtime.num_replicas in 0.20-0.26): vllm_omni/config/stage_config.py."""
-    return request.version.vllm >= (0, 20)
-
-
 def _replica_range(request: Request, st: StageSpec, options, pinned_devices, pinned_tp) -> tuple[int, int | None]:
     """(max_replicas, fixed_replicas) of a stage for the request's --replicas."""
-    mode = request.replicas or ("auto" if supports_replicas(request) else "1")
+    mode = request.replicas or ("auto" if request.version.has_replicas else "1")
     if mode == "1":
         return 1, None
-    if not supports_replicas(request):
+    if not request.version.has_replicas:
         raise InputError(
             f"--replicas {mode}: vLLM-Omni {request.version.name} has no per-stage replicas (num_replicas is read "
             "from 0.20); run separate pipelines on separate GPUs and ports instead, with a load balancer in front")

@@ -239,7 +239,7 @@ def ensure_renderable(request: Request) -> None:
             " or another --omni-version"
         )
     hosts = node_names(request.gpus)
-    if len(hosts) > 1 and v.vllm < (0, 26):
+    if len(hosts) > 1 and not v.multi_host:
         raise InputError(
             f"a plan over {len(hosts)} hosts is written for vLLM-Omni 0.26+: there each host runs its stages "
             "headless (--stage-id, --omni-dp-size-local) against the head with the file's connectors; 0.22 and 0.24 "
@@ -289,7 +289,7 @@ def render_deploy(plan: Plan, layout=None) -> str:
             planned.pop("num_replicas", None)
             head.pop("devices")
             if sid in layout.devices:  # elsewhere: no placement here (the head waits for one replica)
-                head["devices"] = ",".join(map(str, layout.devices[sid]))
+                head["devices"] = _Quoted(",".join(map(str, layout.devices[sid])))
                 if layout.replicas[sid] > 1:
                     planned = {"num_replicas": layout.replicas[sid], **planned}
             if sid in layout.inputs:

@@ -111,7 +111,7 @@ def lexicographic(model, time_limit_s: float, workers: int) -> Solution:
             notes.append(f"phase '{name}' found no solution before the time limit")
             status = SolveStatus.FEASIBLE
             break
-        value = int(round(solver.ObjectiveValue()))
+        value = solver.Value(expr)  # exact: a tie-break sum can pass a float's 53 bits
         best = model.read(solver)
         if i == 0:
             objective = value

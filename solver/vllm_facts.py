@@ -172,6 +172,44 @@ class OmniVersion:
         return self.vllm >= (0, 14)
 
     @property
+    def has_replicas(self) -> bool:
+        """Per-stage replicas: `num_replicas` (deploy) and legacy `runtime.num_replicas` are
+        read from 0.20 (0.20.0 wheel, vllm_omni/config/stage_config.py StageDeployConfig;
+        engine/stage_init_utils.py compute_replica_layout); 0.14-0.18 have no such key."""
+        return self.vllm >= (0, 20)
+
+    @property
+    def replica_template_devices(self) -> bool:
+        """`devices` of a replicated stage may also be a TP-sized template of offsets, not
+        only the pool of replicas x TP ids: from 0.22 (0.22.0 wheel,
+        vllm_omni/engine/stage_init_utils.py split_devices_for_replicas)."""
+        return self.vllm >= (0, 22)
+
+    @property
+    def replicas_without_devices(self) -> bool:
+        """A stage with num_replicas > 1 and no `devices` starts (every replica on the
+        launcher's visible GPUs) from 0.28; before, split_devices_for_replicas returns one
+        slot and the replica loop fails with an IndexError (0.26.0 wheel,
+        vllm_omni/engine/stage_init_utils.py; 0.28.0 returns [None] * num_replicas)."""
+        return self.vllm >= (0, 28)
+
+    @property
+    def replica_split_wording(self) -> str:
+        """How split_devices_for_replicas words a wrong device count: "tp" (0.22-0.26:
+        "template, dp-independent" / tensor_parallel_size) or "per-replica" (0.28+:
+        devices_per_replica). 0.20 has its own pool-only message."""
+        return "tp" if self.vllm < (0, 28) else "per-replica"
+
+    @property
+    def multi_host(self) -> bool:
+        """Stages on several hosts with the deploy file's connectors: from 0.26. 0.22 and
+        0.24 headless stages pass async_chunk=False to get_stage_connector_spec and so
+        ignore the connectors (0.24.0 wheel, vllm_omni/entrypoints/cli/serve.py
+        run_headless); 0.20's single-stage mode runs no LLM replicas; 0.18 has no headless
+        mode."""
+        return self.vllm >= (0, 26)
+
+    @property
     def snapshot_after_nccl(self) -> bool:
         """From vLLM 0.11 the start-up snapshot is taken after NCCL init
         (https://github.com/vllm-project/vllm/pull/25359; vllm 0.14.1-0.30.0 wheels,

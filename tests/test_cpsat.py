@@ -188,3 +188,43 @@ def test_replicas_raise_the_binding_stage():
     single, double = cpsat.solve(one, 5), cpsat.solve(two, 5)
     assert double.assignments[0].replicas == 2 and double.assignments[0].gpus == (0, 1)
     assert double.objective == 2 * single.objective
+
+
+def _random_host_problem(seed: int) -> Problem:
+    """Two or three hosts of 1-2 GPUs, one stage per GPU (as the planner asks over hosts)."""
+    import random
+
+    rnd = random.Random(2000 + seed)
+    sizes, hosts = [], []
+    for h in range(rnd.choice([2, 3])):
+        for _ in range(rnd.choice([1, 2])):
+            sizes.append(rnd.choice([24, 40]))
+            hosts.append(f"h{h}")
+    gpus_ = tuple(Gpu(i, f"G{size}", int(size * GiB), hosts[i]) for i, size in enumerate(sizes))
+    stages = (kv_stage(0, "a", rnd.uniform(4, 20), rnd.choice([32768, 65536]), tps=(1, 2), mml=8192,
+                       max_replicas=rnd.choice([1, 2, 3])),
+              kv_stage(1, "b", rnd.uniform(1, 6), 8192, mml=4096, cap=rnd.choice([None, 2]), max_replicas=2))
+    return Problem(gpus_, stages, 8, int(1 * GiB), shared_gpus=False)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_cpsat_matches_brute_force_over_hosts(seed):
+    problem = _random_host_problem(seed)
+    solution = _assert_brute_force_agrees(problem)
+    for st, a in zip(problem.stages, solution.assignments):
+        nodes = [problem.gpus[g].node for g in a.gpus]
+        assert all(nodes.count(h) % st.options[a.option_index].tp == 0 for h in set(nodes))
+
+
+def test_identical_hosts_are_ordered_in_the_model():
+    """The symmetry rule itself: the second of two identical hosts may not hold a stage
+    while the first holds none (without the rule the model would allow it)."""
+    gpus_ = tuple(Gpu(i, "G40", 40 * GiB, f"h{i // 2}") for i in range(4))
+    problem = Problem(gpus_, (kv_stage(0, "a", 8, 65536),), 10, 1 * GiB, shared_gpus=False)
+    model = cpsat.Model(problem)
+    first, second = [[c for c, members in enumerate(model.classes) if problem.gpus[members[0]].node == h]
+                     for h in ("h0", "h1")]
+    model.m.Add(sum(v for (c, _), v in model.n.items() if c in first) == 0)
+    model.m.Add(sum(v for (c, _), v in model.n.items() if c in second) >= 1)
+    status, _ = cpsat.run_solver(model.m, 5, 1)
+    assert status == model.cp.INFEASIBLE

@@ -368,8 +368,8 @@ def test_a_time_limited_plan_says_how_to_reproduce_it():
     from omni_autoconf.planner import plan
     from omni_autoconf.render import render_deploy
 
-    proven = plan(make_request("qwen3-omni-moe", "2xH100-80GB", time_limit_s=0.5, workers=3))
-    assert "may stop at another plan" not in render_deploy(proven)
+    proven = plan(make_request("qwen3-omni-moe", "2xH100-80GB", time_limit_s=20, workers=3))
+    assert proven.status == "optimal" and "may stop at another plan" not in render_deploy(proven)
     stopped = dataclasses.replace(proven, status="feasible", gap=0.25)
     status = render_deploy(stopped).splitlines()[2]
-    assert "feasible" in status and "a run with --time-limit 0.5 and --workers 3 may stop at another plan" in status
+    assert "feasible" in status and "a run with --time-limit 20 and --workers 3 may stop at another plan" in status

@@ -111,6 +111,9 @@ def test_each_host_file_loads_and_splits_into_the_planned_replicas(tmp_path, ver
             if layout.head:  # the head splits and checks every stage of its file
                 if sp.stage.stage_id != head_stage:
                     assert stage.num_replicas == sp.num_replicas  # every replica pre-allocated
+                else:  # its own stage: its host's pool of that stage
+                    assert stage.devices == ",".join(str(local_index(gpus, gpus[d])) for d in sp.devices
+                                                     if gpus[d].node == head)
                 got = split(stage.devices, stage.num_replicas, sp.tensor_parallel_size, stage.stage_id)
                 assert len(got) == stage.num_replicas
             else:
@@ -211,15 +214,15 @@ def test_a_multi_host_plan_is_a_folder_of_files_and_launch_sh(tmp_path):
     out = tmp_path / "plan"
     result = run("--nodes", "2", "--gpus", "4xH100-80GB", "--model", "qwen3-omni-moe", "-o", out, "-q")
     assert result.exit_code == 0, result.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["head.yaml", "launch.sh", "node0.yaml", "node1.yaml"]
-    assert "--nodes 2 --gpus 4xH100-80GB" in (out / "node0.yaml").read_text().splitlines()[1]
+    assert sorted(p.name for p in out.iterdir()) == ["head.yaml", "host-node0.yaml", "host-node1.yaml", "launch.sh"]
+    assert "--nodes 2 --gpus 4xH100-80GB" in (out / "host-node0.yaml").read_text().splitlines()[1]
     script = out / "launch.sh"
     assert subprocess.run(["sh", "-n", str(script)]).returncode == 0
     usage = subprocess.run(["sh", str(script)], capture_output=True, text=True)
     assert usage.returncode == 2 and "one of: node0 node1" in usage.stderr
     doc = json.loads(run("--nodes", "2", "--gpus", "4xH100-80GB", "--model", "qwen3-omni-moe", "--format", "json").stdout)
     assert [h["node"] for h in doc["hosts"]] == ["node0", "node1"] and doc["head"]["node"] in ("node0", "node1")
-    assert sorted(doc["deploy_files"]) == ["head.yaml", "node0.yaml", "node1.yaml"]
+    assert sorted(doc["deploy_files"]) == ["head.yaml", "host-node0.yaml", "host-node1.yaml"]
     assert {r["node"] for s in doc["stages"] for r in s["replicas"]} <= {"node0", "node1"}
 
 
@@ -265,9 +268,9 @@ def test_multi_host_defaults_to_the_deploy_schema():
 def test_a_folder_is_replaced_as_a_whole_and_never_holds_what_we_did_not_write(tmp_path):
     out = tmp_path / "plan"
     assert run("--nodes", "3", "--gpus", "4xH100-80GB", "--model", "qwen3-omni-moe", "-o", out, "-q").exit_code == 0
-    assert (out / "node2.yaml").exists()
+    assert (out / "host-node2.yaml").exists()
     assert run("--nodes", "2", "--gpus", "4xH100-80GB", "--model", "qwen3-omni-moe", "-o", out, "-q").exit_code == 0
-    assert sorted(p.name for p in out.iterdir()) == ["head.yaml", "launch.sh", "node0.yaml", "node1.yaml"]  # no node2
+    assert sorted(p.name for p in out.iterdir()) == ["head.yaml", "host-node0.yaml", "host-node1.yaml", "launch.sh"]  # no node2
     (out / "notes.txt").write_text("mine\n")
     before = {p.name: p.read_text() for p in out.iterdir()}
     result = run("--nodes", "2", "--gpus", "8xH100-80GB", "--model", "qwen3-omni-moe", "-o", out)
@@ -278,9 +281,9 @@ def test_a_folder_is_replaced_as_a_whole_and_never_holds_what_we_did_not_write(t
 def test_check_refuses_host_files_and_host_inventories(tmp_path):
     out = tmp_path / "plan"
     assert run("--nodes", "2", "--gpus", "4xH100-80GB", "--model", "qwen3-omni-moe", "-o", out, "-q").exit_code == 0
-    host_file = run("check", out / "node0.yaml", "--gpus", "4xH100-80GB", "--model", "qwen3-omni-moe")
+    host_file = run("check", out / "host-node0.yaml", "--gpus", "4xH100-80GB", "--model", "qwen3-omni-moe")
     assert host_file.exit_code == 2 and "multi-host plan" in host_file.stderr
-    hosts = run("check", out / "node0.yaml", "--gpus", "a=4xH100-80GB;b=4xH100-80GB", "--model", "qwen3-omni-moe",
+    hosts = run("check", out / "host-node0.yaml", "--gpus", "a=4xH100-80GB;b=4xH100-80GB", "--model", "qwen3-omni-moe",
                 "--fix", "-o", tmp_path / "fixed.yaml")
     assert hosts.exit_code == 2 and "judges the pipeline of one host" in hosts.stderr
     assert not (tmp_path / "fixed.yaml").exists()
@@ -302,3 +305,36 @@ def test_extra_gpus_proposed_for_a_multi_host_inventory_go_on_its_last_host():
     doc = json.loads(result.stdout)
     more = [f for f in doc.get("fixes", []) if f.get("kind", "").startswith("more-gpus")]
     assert more and all("on host b" in f["summary"] for f in more), more
+
+
+def test_launch_sh_starts_each_hosts_processes_and_passes_on_a_failure(tmp_path):
+    """launch.sh run with stand-ins for vllm and curl: every command of the host starts,
+    from the script's folder, and a process that fails makes the script fail."""
+    import os
+    import stat
+
+    out = tmp_path / "plan"
+    gpus = "node0=2xH100-80GB;node1=2xH100-80GB;node2=2xH100-80GB"
+    assert run("--gpus", gpus, "--model", "qwen3-omni-moe", "-o", out, "-q").exit_code == 0
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    log = tmp_path / "calls.log"
+    (bin_dir / "vllm").write_text(f'#!/bin/sh\necho "$PWD $*" >> {log}\ncase "$*" in *"--stage-id 2 "*) exit 3;; esac\n')
+    (bin_dir / "curl").write_text("#!/bin/sh\nexit 0\n")
+    for f in bin_dir.iterdir():
+        f.chmod(f.stat().st_mode | stat.S_IEXEC)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OMNI_MASTER_ADDR": "10.0.0.1"}
+    result = multi(gpus)
+    for node in ("node0", "node1", "node2"):
+        log.write_text("")
+        done = subprocess.run(["sh", str(out / "launch.sh"), node], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=60)
+        calls = log.read_text().splitlines()
+        expected = commands(result, node)
+        assert len(calls) == len(expected), (node, calls)
+        assert all(c.startswith(f"{out} serve ") for c in calls)  # run from the files' folder
+        fails = any("--stage-id 2 " in c for c, _ in expected)
+        assert done.returncode == (3 if fails else 0), (node, done.stderr)
+    missing = subprocess.run(["sh", str(out / "launch.sh"), "node0"], env={**env, "OMNI_MASTER_ADDR": ""},
+                             capture_output=True, text=True, timeout=60)
+    assert missing.returncode != 0 and "OMNI_MASTER_ADDR" in missing.stderr

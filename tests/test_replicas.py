@@ -94,16 +94,19 @@ def test_fixed_replicas_give_every_stage_that_many():
         assert len(sp.replica_kv_tokens) == (2 if sp.stage.has_kv_cache else 0)
 
 
-def test_a_mixed_pool_counts_each_replica_at_its_smallest():
-    """Replicas share one fraction: each is counted with the pool's smallest KV, and
-    mixing GPU sizes in a pool keeps GPUs from idling."""
+def test_a_mixed_pool_gives_each_replica_the_kv_of_its_own_gpus():
+    """Replicas share one fraction: mixing GPU sizes in a pool keeps GPUs from idling,
+    and the start-up model gives the replica on the larger GPU more KV than the other."""
     result = plan(make_request("qwen2.5-omni-7b", "4xH100-80GB,4xL40S", replicas="auto"))
     assert len({d for sp in result.stages for d in sp.devices}) == 8
-    for sp in result.stages:
-        if sp.stage.has_kv_cache and sp.num_replicas > 1:
-            smallest = min(sp.replica_kv_tokens) / sp.knobs.max_model_len
-            counted = smallest if sp.headroom_cap is None else min(smallest, sp.headroom_cap)
-            assert sp.headroom >= sp.num_replicas * counted - 1e-9
+    mixed = [sp for sp in result.stages if sp.stage.has_kv_cache and sp.num_replicas > 1
+             and len({result.gpus[d].gpu.total_bytes for d in sp.devices}) > 1]
+    assert mixed
+    for sp in mixed:
+        sizes = [result.gpus[group[0]].gpu.total_bytes for group in sp.replica_devices()]
+        tokens = list(sp.replica_kv_tokens)
+        big, small = sizes.index(max(sizes)), sizes.index(min(sizes))
+        assert tokens[big] > tokens[small]
 
 
 def test_replicas_on_a_version_without_them_are_refused():
@@ -228,3 +231,30 @@ def test_replica_plans_do_not_depend_on_the_hash_seed():
         assert done.returncode == 0, done.stderr
         outputs.add(done.stdout)
     assert len(outputs) == 1
+
+
+def test_too_many_fixed_replicas_are_named_as_the_conflict_and_fixed():
+    import json
+
+    runner = CliRunner()
+    done = runner.invoke(main, ["--gpus", "2xH100-80GB", "--model", "qwen3-omni-moe", "--replicas", "5",
+                                "--format", "json"])
+    assert done.exit_code == 1
+    doc = json.loads(done.stdout)
+    assert any(r["group"] == "replicas" for r in doc["conflict"]), doc["conflict"]
+    assert doc["fixes"][0]["kind"] == "fewer-replicas" and "--replicas auto" in doc["fixes"][0]["command"]
+
+
+@pytest.mark.parametrize("version", ["0.26", "0.30"])
+def test_check_refuses_replicas_without_devices(tmp_path, version):
+    """0.20-0.26 fail to start them (IndexError); 0.28+ would stack every replica on GPUs 0..tp-1."""
+    result = plan(make_request("qwen3-omni-moe", "8xH100-80GB", version, schema="deploy"))
+    doc = yaml.safe_load(render_deploy(result))
+    replicated = next(s for s in doc["stages"] if s.get("num_replicas", 1) > 1)
+    del replicated["devices"]
+    path = tmp_path / "no-devices.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    report = check_config(result.request.pipeline, list(result.request.gpus), omni_version(version),
+                          read_config(str(path)), parallel_init=True)
+    problems = [p for p in report.problems if p.code == "device-layout-invalid"]
+    assert problems and "without devices" in problems[0].message
