@@ -217,7 +217,7 @@ def _plan_command(**o) -> int:
         check_output_path(output)
 
     def replicas_note(problem) -> str:
-        if any(len(st.replica_counts()) > 1 or st.replica_counts()[0] > 1 for st in problem.stages):
+        if any(st.may_replicate for st in problem.stages):
             return ", replicas per stage"
         return ""
 

@@ -45,6 +45,11 @@ class StageProblem:
     max_replicas: int = 1
     fixed_replicas: int | None = None
 
+    @property
+    def may_replicate(self) -> bool:
+        """Whether the stage may run (or must run) more than one replica."""
+        return self.replica_counts()[-1] > 1
+
     def replica_counts(self) -> range:
         if self.fixed_replicas is not None:
             return range(self.fixed_replicas, self.fixed_replicas + 1)
