@@ -22,7 +22,7 @@ def test_required_gpus_are_in_the_catalog(name):
 
 @pytest.mark.parametrize(
     "name, printed_gib",
-    # gpus.md, low end of each observed range (what a driver may report at worst).
+    # data/gpus.yaml's evidence, low end of each observed range (what a driver may report at worst).
     [("A100-80GB", 79.15), ("H200", 139.72), ("H100-80GB", 79.11), ("B200", 178.35), ("RTX4090", 23.52)],
 )
 def test_totals_are_cuda_figures_not_marketing_sizes(name, printed_gib):

@@ -1,4 +1,5 @@
-"""Memory model against the figures vLLM printed (calibration-logs.jsonl, memory-facts.md)."""
+"""Memory model against the figures vLLM printed in public start-up logs (tests/data/accuracy.jsonl
+names each log's URL) and against vLLM's own formulas."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def stage(name: str, model=QWEN3):
 @pytest.mark.parametrize(
     "name, tp, expected",
     [
-        ("thinker", 1, 98_304),  # memory-facts §5 / issue target
+        ("thinker", 1, 98_304),  # 2 x 48 layers x 4 KV heads x 128 x 2 bytes (config.json thinker_config)
         ("thinker", 2, 49_152),
         ("talker", 1, 20_480),  # calibration: 37.18 GiB -> 1,949,520 tokens
     ],
@@ -80,14 +81,14 @@ def test_talker_weights_on_016_include_thinker_encoders():
 def test_talker_on_030_loads_only_its_own_modules():
     old = weights_per_rank(stage("talker"), 1, omni_version("0.16"))
     new = weights_per_rank(stage("talker"), 1, omni_version("0.30"))
-    # memory-facts §6: 0.30 builds only the talker (~3.32 B params, ~6.2 GiB in bf16).
+    # 0.30 builds only the talker (~3.32 B params, ~6.2 GiB in bf16; models/qwen3-omni-moe.yaml).
     assert within(new / GiB, 6.2, 0.03)
     assert old - new > 2 * GiB
 
 
 def _llama_8b() -> StageSpec:
     """Llama-3.1-8B (32 layers, hidden 4096, 32/8 heads, MLP 14336, vocab 128256): a plain
-    dense model with two logged profile runs in calibration-logs.jsonl."""
+    dense model with two logged profile runs in tests/data/accuracy.jsonl."""
     return StageSpec.model_validate(
         {
             "stage_id": 0,
@@ -125,7 +126,7 @@ def test_activation_peak_is_conservative_and_close_to_logged_profile(tokens, log
 
 
 def test_llama_kv_per_token_is_128_kib():
-    assert kv_bytes_per_token(_llama_8b(), 1) == 128 * 1024  # memory-facts §5
+    assert kv_bytes_per_token(_llama_8b(), 1) == 128 * 1024  # 2 x 32 layers x 8 KV heads x 128 x 2 bytes
 
 
 def test_graphs_are_outside_the_fraction_in_every_version():
@@ -157,7 +158,8 @@ def test_nccl_only_with_tensor_parallelism():
 
 
 def test_requested_is_ceil_of_total_times_fraction():
-    # gpus.md: 0.6 x 79.32 GiB = 47.59 GiB, the figure vLLM printed for the A100 failure.
+    # 0.6 x 79.32 GiB = 47.59 GiB, the figure vLLM printed for an A100 start-up failure
+    # (https://github.com/vllm-project/vllm-omni/issues/276).
     assert round(requested_bytes(int(79.32 * GiB), 60, 100) / GiB, 2) == 47.59
     assert requested_bytes(101, 1, 100) == 2  # ceil, not floor
 
@@ -169,7 +171,7 @@ def test_gqa_formula_matches_qwen3_14b_logged_cache():
         update={"transformer": _llama_8b().transformer.model_copy(update={"num_layers": 40, "num_heads": 40})}
     )
     per_token = kv_bytes_per_token(qwen3_14b, 1)
-    assert per_token == 160 * 1024  # memory-facts §5
+    assert per_token == 160 * 1024  # 2 x 40 layers x 8 KV heads x 128 x 2 bytes
     low, high = (kv_tokens(int((6.51 + d) * GiB), per_token) for d in (-0.005, 0.005))
     assert low <= 42_656 <= high
 

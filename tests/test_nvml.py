@@ -53,7 +53,7 @@ def test_known_gpus_use_the_catalog_cuda_total(monkeypatch):
 
 def test_unknown_or_mismatched_parts_fall_back_to_nvml_less_reserve(monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    # gpus.md E13: an "H800" reporting 143771 MiB is not the 80 GB part the name suggests.
+    # an "H800" reporting 143771 MiB (data/gpus.yaml, H800 evidence) is not the 80 GB part the name suggests.
     gpus = read_local_gpus(FakeNvml([("NVIDIA H800", 143771 * MIB), ("NVIDIA Future GPU", 100 * 1024 * MIB)]))
     assert gpus[0].total_bytes == 143771 * MIB - NVML_TO_CUDA_RESERVE_BYTES
     assert gpus[1].name == "NVIDIA Future GPU"

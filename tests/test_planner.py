@@ -22,7 +22,7 @@ BUNDLED_QWEN3_030 = {
 
 
 def admission_holds(result) -> bool:
-    """memory-facts §4, written out once more: per device, sum of int(C x util) + 2 GiB per
+    """vLLM-Omni's admission rule (vllm_omni/engine/stage_admission.py), written out once more: per device, sum of int(C x util) + 2 GiB per
     stage with CUDA graphs + 1 GiB external + 1 GiB margin <= C."""
     for g in result.gpus:
         total = g.gpu.total_bytes
