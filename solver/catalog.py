@@ -323,42 +323,6 @@ def _format_validation_error(filename: str, exc: ValidationError) -> str:
     return f"{filename}: field {where}: {err['msg']}"
 
 
-def apply_config(raw: dict, config: dict, where: str) -> dict:
-    """A catalog file's raw data with every number its model's config.json states filled in:
-    each stage naming a `config_section` gets its decoder geometry from there, and one naming
-    a `vision_config_section` its vision tower's. The catalog itself must not state them."""
-    from .hfconfig import section, transformer_fields, vision_fields
-
-    raw = dict(raw)
-    stages = []
-    for st in raw.get("stages") or []:
-        st = dict(st)
-        path = st.pop("config_section", None)
-        if path is not None:
-            derived = transformer_fields(section(config, path, where), f"{where} {path}")
-            own = dict(st.get("transformer") or {})
-            repeated = sorted(set(own) & set(derived))
-            if repeated:
-                raise CatalogError(f"{where}: stage {st.get('name')}: transformer repeats what {path} states: "
-                                   f"{', '.join(repeated)}")
-            st["transformer"] = {**derived, **own, "source": own.get("source") or f"config.json {path}"}
-        vpath = st.pop("vision_config_section", None)
-        if vpath is not None:
-            derived = vision_fields(section(config, vpath, where), f"{where} {vpath}")
-            own = dict(st.get("vision_tower") or {})
-            repeated = sorted(set(own) & set(derived))
-            if repeated:
-                raise CatalogError(f"{where}: stage {st.get('name')}: vision_tower repeats what {vpath} states: "
-                                   f"{', '.join(repeated)}")
-            st["vision_tower"] = {**derived, **own}
-            if "transformer" in st and derived["deepstack_layers"] and st.get("role") == "autoregressive" \
-                    and own.get("only_if") is None:
-                st["transformer"] = {"deepstack_levels": derived["deepstack_layers"], **st["transformer"]}
-        stages.append(st)
-    raw["stages"] = stages
-    return raw
-
-
 def load_pipeline_text(text: str, filename: str, config: dict | None = None) -> PipelineSpec:
     """Parse and validate one catalog file's text; errors name the file and the field.
     `config`: the model's config.json (else the one the file names, shipped beside it)."""
@@ -369,6 +333,8 @@ def load_pipeline_text(text: str, filename: str, config: dict | None = None) -> 
 
         config = json.loads(resources.files("omni_autoconf.models").joinpath(name).read_text())
     if config is not None:
+        from .hfconfig import apply_config
+
         try:
             raw = apply_config(raw, config, filename)
         except InputError as exc:

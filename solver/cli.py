@@ -252,8 +252,9 @@ def write_host_files(result, folder: str) -> list[str]:
     from .output_files import write_folder
     from .render import header, render_deploy
 
-    files = {file_name(layout): render_deploy(result, layout) for layout in layouts(result)}
-    files["launch.sh"] = launch_script(result, header(result))
+    all_layouts = layouts(result)
+    files = {file_name(layout): render_deploy(result, layout) for layout in all_layouts}
+    files["launch.sh"] = launch_script(result, header(result), all_layouts)
     return write_folder(folder, files)
 
 

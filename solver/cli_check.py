@@ -60,7 +60,6 @@ def _check(**o) -> int:
     if not gpus_text or not model_name:
         raise InputError("check needs --gpus and --model (see check --help)")
     gpus = gpus_option(gpus_text, hosts=False)
-    refuse_host_file(o["config"])
     source = resolve(model_name)
     pipeline = source.pipeline
     version = omni_version(once(o["omni_version"], "--omni-version", NEWEST_OMNI_VERSION))
@@ -132,22 +131,3 @@ def _fix(report, pipeline, gpus, version, config, buffer_gib, exclusive, time_li
         if output not in (None, "-"):
             click.echo(f"omni-autoconf: wrote {output}", err=True)
     return 0
-
-
-def refuse_host_file(path: str) -> None:
-    """A host's file of a multi-host plan names only the stages that host runs: judged as a
-    whole pipeline it would be wrong, so check refuses it (multihost.py writes the mark)."""
-    import os
-    import re
-
-    if not os.path.isfile(path):  # never open a FIFO or a device here: read_config refuses them
-        return
-    try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            head = f.read(64 * 1024)
-    except OSError:
-        return  # read_config says what is wrong with the file
-    found = re.search(r"^# (?:Head of host|Host) (\S+):.*`sh launch.sh", head, re.M)
-    if found:
-        raise InputError(f"{path}: the file of host {found.group(1)} of a multi-host plan (it places only that "
-                         "host's stages); check judges a whole pipeline on one host")

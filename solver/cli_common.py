@@ -166,11 +166,7 @@ def once(values: tuple[str, ...], option: str, default: str | None = None) -> st
 
 def gpus_option(text: str, nodes: int | None = None, hosts: bool = True):
     """The inventory of --gpus (and --nodes); `hosts=False` for commands that judge one host."""
-    from .gpus import parse_inventory
-
-    if not hosts and ("=" in text or ";" in text):
-        raise InputError("--gpus names several hosts, but this command judges the pipeline of one host: give that "
-                         "host's GPUs (e.g. --gpus 4xH100-80GB)")
+    from .gpus import node_names, parse_inventory
 
     if text.strip().lower() == "local":
         if nodes is not None:
@@ -178,7 +174,11 @@ def gpus_option(text: str, nodes: int | None = None, hosts: bool = True):
         from .nvml import read_local_gpus
 
         return tuple(read_local_gpus())
-    return tuple(parse_inventory(text, nodes))
+    gpus = tuple(parse_inventory(text, nodes))
+    if not hosts and len(node_names(gpus)) > 1:
+        raise InputError("--gpus names several hosts, but this command judges the pipeline of one host: give that "
+                         "host's GPUs (e.g. --gpus 4xH100-80GB)")
+    return gpus
 
 
 def _no_plan_text(exc: NoPlanError) -> str:

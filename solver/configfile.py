@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -233,14 +234,26 @@ def _legacy(raw: dict, path: str) -> ConfigFile:
 
 PIPELINE_WIDE_FIELDS = ("enable_prefix_caching", "enable_chunked_prefill", "data_parallel_size", "pipeline_parallel_size")
 
+# The comment line render.py writes into each file of a multi-host plan: such a file places
+# only its host's stages, so judged as a whole pipeline it would be wrong.
+HEAD_FILE_NOTE = "# Head of host {node}: its own stage's devices only; `sh launch.sh {node}` starts it.\n"
+HOST_FILE_NOTE = "# Host {node}: start it with `sh launch.sh {node}`.\n"
+_HOST_FILE_MARK = re.compile(r"^# (?:Head of host|Host) (\S+):.*`sh launch.sh", re.M)
+
 
 def read_config(path: str, platform: str = "cuda", engine_extras: bool = True) -> ConfigFile:
-    """Read a deploy or legacy stage config file. `engine_extras=False` reads a deploy file
-    as vLLM-Omni 0.20/0.22 do, which drop a stage's `engine_extras:` mapping."""
+    """Read a deploy or legacy stage config file of one host's whole pipeline.
+    `engine_extras=False` reads a deploy file as vLLM-Omni 0.20/0.22 do, which drop a
+    stage's `engine_extras:` mapping."""
     if not path.strip():
         raise InputError("an empty file name was given (\"\"); name a file")
     p = Path(path)
-    raw = _load_yaml(p)
+    text = read_text(p)
+    found = _HOST_FILE_MARK.search(text)
+    if found:
+        raise InputError(f"{path}: the file of host {found.group(1)} of a multi-host plan (it places only that "
+                         "host's stages); only a whole pipeline on one host can be judged")
+    raw = parse_mapping(text, str(p))
     if "stage_args" in raw:
         return _legacy(raw, path)
     if "stages" not in raw and "base_config" not in raw:

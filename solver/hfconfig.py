@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import InputError
+from .errors import CatalogError, InputError
 
 _DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "half": "float16", "float32": "float32", "float": "float32"}
 
@@ -188,3 +188,38 @@ def one_stage_pipeline(cfg: dict, name: str, where: str = "config.json") -> dict
         "legacy_versions_source": "a one-stage pipeline has no stage wiring to name",
         "stages": [stage],
     }
+
+
+def apply_config(raw: dict, config: dict, where: str) -> dict:
+    """A catalog file's raw data with every number its model's config.json states filled in:
+    each stage naming a `config_section` gets its decoder geometry from there, and one naming
+    a `vision_config_section` its vision tower's. The catalog itself must not state them."""
+    raw = dict(raw)
+    stages = []
+    for st in raw.get("stages") or []:
+        st = dict(st)
+        path = st.pop("config_section", None)
+        if path is not None:
+            own = _merge_section(st, "transformer", transformer_fields, config, path, where)
+            st["transformer"]["source"] = own.get("source") or f"config.json {path}"
+        vpath = st.pop("vision_config_section", None)
+        if vpath is not None:
+            own = _merge_section(st, "vision_tower", vision_fields, config, vpath, where)
+            deepstack = st["vision_tower"]["deepstack_layers"]
+            if "transformer" in st and deepstack and st.get("role") == "autoregressive" and own.get("only_if") is None:
+                st["transformer"] = {"deepstack_levels": deepstack, **st["transformer"]}
+        stages.append(st)
+    raw["stages"] = stages
+    return raw
+
+
+def _merge_section(st: dict, key: str, fields, config: dict, path: str, where: str) -> dict:
+    """Set st[key] to the fields config.json's `path` states, then the catalog's own (which
+    may not repeat them); returns the catalog's own."""
+    derived = fields(section(config, path, where), f"{where} {path}")
+    own = dict(st.get(key) or {})
+    repeated = sorted(set(own) & set(derived))
+    if repeated:
+        raise CatalogError(f"{where}: stage {st.get('name')}: {key} repeats what {path} states: {', '.join(repeated)}")
+    st[key] = {**derived, **own}
+    return own

@@ -119,8 +119,8 @@ def _connector(plan: Plan, node: str, master: str) -> dict:
     return {"name": "MooncakeStoreConnector", "extra": extra}
 
 
-def _wiring(plan: Plan, node: str, master: str) -> tuple[dict, dict]:
-    if not crosses_hosts(plan):
+def _wiring(plan: Plan, node: str, master: str, crossing: bool) -> tuple[dict, dict]:
+    if not crossing:
         return {}, {}
     inputs: dict[int, dict[str, str]] = {}
     for a, b in edges(plan):
@@ -132,6 +132,7 @@ def layouts(plan: Plan) -> list[HostLayout]:
     """The head's file, then one file per host for its headless processes."""
     gpus = [g.gpu for g in plan.gpus]
     head, head_stage = head_of(plan)
+    crossing = crosses_hosts(plan)
     per_host = []
     for node in node_names(gpus):
         devices, replicas = {}, {}
@@ -140,13 +141,13 @@ def layouts(plan: Plan) -> list[HostLayout]:
             if local:
                 devices[sp.stage.stage_id] = local
                 replicas[sp.stage.stage_id] = len(local) // sp.tensor_parallel_size
-        connectors, inputs = _wiring(plan, node, head)
+        connectors, inputs = _wiring(plan, node, head, crossing)
         per_host.append(HostLayout(node, devices, replicas, connectors, inputs))
     own = next(h for h in per_host if h.node == head)
     devices = {sp.stage.stage_id: tuple(range(sp.tensor_parallel_size)) for sp in plan.stages}
     replicas = {sp.stage.stage_id: sp.num_replicas for sp in plan.stages}
     devices[head_stage], replicas[head_stage] = own.devices[head_stage], own.replicas[head_stage]
-    connectors, inputs = _wiring(plan, head, head)
+    connectors, inputs = _wiring(plan, head, head, crossing)
     return [HostLayout(head, devices, replicas, connectors, inputs, head=True), *per_host]
 
 
@@ -162,10 +163,9 @@ def _model(plan: Plan) -> str:
     return shlex.quote(reference)
 
 
-def commands(plan: Plan, node: str) -> list[tuple[str, bool]]:
+def commands(plan: Plan, node: str, all_layouts: list[HostLayout]) -> list[tuple[str, bool]]:
     """The processes of one host, the head first where it runs there: (command, whether
-    it waits for the head's /health first)."""
-    all_layouts = layouts(plan)
+    it waits for the head's /health first). `all_layouts`: layouts(plan)."""
     head, head_stage = head_of(plan)
     master = '--omni-master-address "$OMNI_MASTER_ADDR" --omni-master-port "$OMNI_MASTER_PORT"'
     out = []
@@ -184,8 +184,9 @@ def commands(plan: Plan, node: str) -> list[tuple[str, bool]]:
     return out
 
 
-def launch_script(plan: Plan, header: str) -> str:
-    """A POSIX shell script: `sh launch.sh HOST` starts that host's processes."""
+def launch_script(plan: Plan, header: str, all_layouts: list[HostLayout]) -> str:
+    """A POSIX shell script: `sh launch.sh HOST` starts that host's processes.
+    `all_layouts`: layouts(plan)."""
     head, head_stage = head_of(plan)
     lines = [
         "#!/bin/sh",
@@ -229,7 +230,7 @@ def launch_script(plan: Plan, header: str) -> str:
     ]
     for node in names:
         lines.append(f"  {node})")
-        host_commands = commands(plan, node)
+        host_commands = commands(plan, node, all_layouts)
         if not host_commands:  # a GPU that adds no headroom is left idle, a host likewise
             lines += [f'    echo "launch.sh: this plan runs nothing on {node}" >&2', "    ;;"]
             continue

@@ -51,21 +51,10 @@ def write_output(path: str | None, text: str) -> None:
     folder = os.path.dirname(target)
     if not os.path.isdir(folder):
         raise InputError(f"-o {path}: folder {folder} does not exist")
-    if st is not None:
-        mode = stat.S_IMODE(st.st_mode)
-    else:
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o666 & ~umask
+    mode = stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask()
     with interrupts.deferred():  # the plan is final: write it whole, or not at all
+        tmp = _temporary(folder, text, mode, f"-o {path}")
         try:
-            fd, tmp = tempfile.mkstemp(prefix=".omni-autoconf-", dir=folder)
-        except OSError as exc:
-            raise InputError(f"-o {path}: cannot write in {folder}: {exc.strerror or exc}") from None
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.chmod(tmp, mode)
             os.replace(tmp, target)
             interrupts.mark_written(path)
         except OSError as exc:
@@ -73,6 +62,28 @@ def write_output(path: str | None, text: str) -> None:
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+
+
+def _umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
+def _temporary(folder: str, text: str, mode: int, what: str) -> str:
+    """`text` in a new temporary file of `folder` with `mode`; its path."""
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".omni-autoconf-", dir=folder)
+    except OSError as exc:
+        raise InputError(f"{what}: cannot write in {folder}: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, mode)
+    except OSError as exc:
+        os.unlink(tmp)
+        raise InputError(f"{what}: cannot write in {folder}: {exc.strerror or exc}") from None
+    return tmp
 
 
 def check_output_folder(output: str | None, hosts: int) -> None:
@@ -132,35 +143,24 @@ def write_folder(folder: str, files: dict[str, str]) -> list[str]:
     stale = _stale(folder, set(files))
     created = not os.path.isdir(folder)
     os.makedirs(folder, exist_ok=True)
-    umask = os.umask(0)
-    os.umask(umask)
+    umask = _umask()
     temps: dict[str, str] = {}
+    done = False
     try:
         for name, text in files.items():
-            try:
-                fd, tmp = tempfile.mkstemp(prefix=".omni-autoconf-", dir=folder)
-            except OSError as exc:
-                raise InputError(f"-o {folder}: cannot write in it: {exc.strerror or exc}") from None
-            temps[name] = tmp
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                f.write(text)
-            os.chmod(tmp, 0o777 & ~umask if name.endswith(".sh") else 0o666 & ~umask)
+            mode = 0o777 & ~umask if name.endswith(".sh") else 0o666 & ~umask
+            temps[name] = _temporary(folder, text, mode, f"-o {folder}")
         with interrupts.deferred():  # the set is final: move it in whole
             for name, tmp in temps.items():
                 os.replace(tmp, os.path.join(folder, name))
             for path in stale:
                 os.unlink(path)
             interrupts.mark_written(folder)
-    except BaseException:
-        if created and not interrupts.received():  # nothing of this run stays behind
-            for tmp in temps.values():
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
-            if not os.listdir(folder):
-                os.rmdir(folder)
-        raise
+        done = True
     finally:
         for tmp in temps.values():
             if os.path.exists(tmp):
                 os.unlink(tmp)
+        if not done and created and not interrupts.received() and not os.listdir(folder):
+            os.rmdir(folder)  # nothing of this run stays behind
     return [os.path.join(folder, name) for name in files]

@@ -15,6 +15,7 @@ import yaml
 
 from . import __version__
 from .defaults import DEFAULT_BUFFER_GIB, DEFAULT_RESOLUTION, default_workers
+from .configfile import HEAD_FILE_NOTE, HOST_FILE_NOTE
 from .gpus import local_index, node_names
 from .planner import Plan, Request, StagePlan
 from .vllm_facts import GiB
@@ -296,11 +297,7 @@ def render_deploy(plan: Plan, layout=None) -> str:
                 catalog["input_connectors"] = {**(catalog.get("input_connectors") or {}), **layout.inputs[sid]}
         stages.append(with_planned(head, planned, {**catalog, **extras}))
     doc["stages"] = stages
-    note = ""
-    if layout is not None and layout.head:
-        note = f"# Head of host {layout.node}: its own stage's devices only; `sh launch.sh {layout.node}` starts it.\n"
-    elif layout is not None:
-        note = f"# Host {layout.node}: start it with `sh launch.sh {layout.node}`.\n"
+    note = "" if layout is None else (HEAD_FILE_NOTE if layout.head else HOST_FILE_NOTE).format(node=layout.node)
     return header(plan) + note + _dump(doc)
 
 

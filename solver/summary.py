@@ -94,9 +94,11 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         from .multihost import commands, file_name, head_of, layouts
 
         head, head_stage = head_of(plan)
+        all_layouts = layouts(plan)
         out["head"] = {"node": head, "stage_id": head_stage}
-        out["deploy_files"] = {file_name(layout): layout.node for layout in layouts(plan)}
-        out["hosts"] = [{"node": node, "commands": [{"command": c, "after_head": wait} for c, wait in commands(plan, node)]}
+        out["deploy_files"] = {file_name(layout): layout.node for layout in all_layouts}
+        out["hosts"] = [{"node": node, "commands": [{"command": c, "after_head": wait}
+                                                    for c, wait in commands(plan, node, all_layouts)]}
                         for node in node_names(gpus)]
     return out
 

@@ -172,7 +172,7 @@ def test_every_command_parses_with_that_versions_flags(version):
     by_file = {file_name(layout): layout for layout in layouts(result)}
     heads = 0
     for node in {g.gpu.node for g in result.gpus}:
-        for command, _ in commands(result, node):
+        for command, _ in commands(result, node, layouts(result)):
             words = shlex.split(command.replace('"$OMNI_MASTER_ADDR"', "10.0.0.1").replace('"$OMNI_MASTER_PORT"', "29600")
                                 .replace('"$OMNI_API_PORT"', "8000"))
             assert words[:2] == ["vllm", "serve"]
@@ -330,7 +330,7 @@ def test_launch_sh_starts_each_hosts_processes_and_passes_on_a_failure(tmp_path)
         done = subprocess.run(["sh", str(out / "launch.sh"), node], cwd=tmp_path, env=env, capture_output=True,
                               text=True, timeout=60)
         calls = log.read_text().splitlines()
-        expected = commands(result, node)
+        expected = commands(result, node, layouts(result))
         assert len(calls) == len(expected), (node, calls)
         assert all(c.startswith(f"{out} serve ") for c in calls)  # run from the files' folder
         fails = any("--stage-id 2 " in c for c, _ in expected)
