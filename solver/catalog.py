@@ -173,6 +173,16 @@ class LegacyOverlay(_Strict):
     source: str = Field(min_length=1)
 
 
+class DeployTopOverlay(_Strict):
+    """Top-level deploy keys that only some vLLM-Omni versions take (e.g. which registry
+    key `pipeline:` names), with what a user must know when that version runs the file."""
+
+    versions: str = Field(pattern=_VERSIONS_PATTERN)
+    fields: dict[str, Any] = Field(min_length=1)
+    note: str | None = Field(default=None, description="Said in the plan's header for these versions.")
+    source: str = Field(min_length=1)
+
+
 class MemoryDefaults(_Strict):
     """Values of the memory knobs when neither the user nor the plan sets them."""
 
@@ -234,9 +244,6 @@ class StageSpec(_Strict):
             raise ValueError("max_num_seqs_limit and max_num_seqs_limit_source go together")
         if (self.role == "generation") != (self.generation_profile is not None):
             raise ValueError("generation_profile is required for generation stages and only for them")
-        missing = set(SCHEMAS) - set(self.defaults)
-        if missing:
-            raise ValueError(f"defaults: missing schema(s) {sorted(missing)}")
         return self
 
     @property
@@ -261,12 +268,18 @@ class PipelineSpec(_Strict):
     stages: list[StageSpec] = Field(min_length=1)
     deploy_top: dict[str, Any] = Field(default_factory=dict, description="Top-level keys of the deploy YAML.")
     legacy_top: dict[str, Any] = Field(default_factory=dict, description="Top-level keys besides stage_args.")
-    legacy_versions: str = Field(
+    legacy_versions: str | None = Field(
         pattern=_VERSIONS_PATTERN,
         description="vLLM-Omni versions in which the legacy stage wiring (the functions its "
-        "custom_process_input_func names) exists.",
+        "custom_process_input_func names) exists; null: no stage_args file serves this pipeline.",
     )
     legacy_versions_source: str = Field(min_length=1)
+    deploy_versions: str = Field(
+        default="0.20-", pattern=_VERSIONS_PATTERN,
+        description="vLLM-Omni versions whose deploy loader serves this pipeline (deploy/ exists from 0.20).",
+    )
+    deploy_versions_source: str | None = None
+    deploy_top_overlays: list[DeployTopOverlay] = Field(default_factory=list)
     config: str | None = Field(default=None, description="The model's config.json shipped beside this file.")
     checkpoint_prefixes: dict[str, list[str]] = Field(
         default_factory=dict, description="Per stage, the tensor-name prefixes of its weights in the checkpoint."
@@ -281,7 +294,27 @@ class PipelineSpec(_Strict):
         names = [s.name for s in self.stages]
         if len(set(names)) != len(names):
             raise ValueError(f"stage names must be distinct, got {names}")
+        if self.deploy_versions != "0.20-" and self.deploy_versions_source is None:
+            raise ValueError("deploy_versions other than 0.20- needs deploy_versions_source")
+        schemas = ("deploy",) if self.legacy_versions is None else SCHEMAS
+        for st in self.stages:
+            missing = set(schemas) - set(st.defaults)
+            if missing:
+                raise ValueError(f"stage {st.name}: defaults: missing schema(s) {sorted(missing)}")
         return self
+
+    def deploy_top_at(self, version: str) -> dict[str, Any]:
+        """The deploy file's top-level keys for `version`: deploy_top and its overlays."""
+        top: dict[str, Any] = {}  # an overlay's keys first (`pipeline:` heads the file, as bundled)
+        for overlay in self.deploy_top_overlays:
+            if in_range(version, overlay.versions):
+                top.update(overlay.fields)
+        for key, value in self.deploy_top.items():
+            top.setdefault(key, value)
+        return top
+
+    def deploy_notes(self, version: str) -> list[str]:
+        return [o.note for o in self.deploy_top_overlays if o.note and in_range(version, o.versions)]
 
     def prefix_caching(self, stage: StageSpec, schema: str) -> bool:
         """Whether the stage runs with prefix caching (vLLM V1's default is on)."""

@@ -275,11 +275,12 @@ def list_models() -> None:
     """List the model catalog with each pipeline's stages and tested TP degrees."""
     from .catalog import model_catalog
 
+    width = max(len(name) for name in model_catalog())
     for spec in model_catalog().values():
         stages = " -> ".join(
             f"{s.name} (TP {'/'.join(map(str, s.tested_tp_degrees(NEWEST_OMNI_VERSION)))})" for s in spec.stages
         )
-        click.echo(f"{spec.name:<18} {spec.hf_id}: {stages}")
+        click.echo(f"{spec.name:<{width}}  {spec.hf_id}: {stages}")
 
 
 def _register() -> None:

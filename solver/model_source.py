@@ -24,8 +24,11 @@ from .errors import InputError
 _ELEMENT = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "BF16": 2, "F16": 2, "I16": 2, "U16": 2,
             "F8_E4M3": 1, "F8_E5M2": 1, "I8": 1, "U8": 1, "BOOL": 1}
 _REPLICATED = re.compile(r"(norm|\.gate\.weight$|router)")
-# catalog model for a config.json model_type (Qwen2.5-Omni picks its size by the thinker's width)
-_OMNI = {"qwen3_omni_moe": lambda cfg: "qwen3-omni-moe",
+# catalog model for a config.json model_type (Qwen2.5-Omni picks its size by the thinker's width;
+# Qwen3-Omni without audio output is the thinker alone, as vLLM-Omni resolves it: 0.30.0 wheel,
+# vllm_omni/model_executor/models/qwen3_omni/pipeline.py resolve_qwen3_omni_pipeline)
+_OMNI = {"qwen3_omni_moe": lambda cfg: "qwen3-omni-moe" if cfg.get("enable_audio_output", True)
+         else "qwen3-omni-moe-thinking",
          "qwen2_5_omni": lambda cfg: "qwen2.5-omni-3b" if _thinker_hidden(cfg) == 2048 else "qwen2.5-omni-7b"}
 
 

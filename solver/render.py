@@ -151,6 +151,8 @@ def header(plan: Plan) -> str:
         lines.append(f"Model: {plan.request.model_ref} read as pipeline {plan.request.pipeline.name}; weights from "
                      "its safetensors headers.")
     lines += [f"Note: {note}" for note in plan.request.model_notes]
+    if plan.request.schema == "deploy":
+        lines += [f"Note: {note}" for note in plan.request.pipeline.deploy_notes(plan.request.version.name)]
     if plan.request.calibration is not None and plan.request.calibration.model == plan.request.pipeline.name:
         lines.append(f"CALIBRATED: {plan.request.calibration.describe()}.")
     if plan.request.pin_kv:
@@ -249,10 +251,19 @@ def ensure_renderable(request: Request) -> None:
             "replicas and 0.18 has no headless mode. Plan one host per pipeline for older versions")
     if len(hosts) > 1 and schema != "deploy":
         raise InputError(f"a plan over {len(hosts)} hosts is written in the deploy schema: use --schema deploy")
+    if schema == "stage-args" and pipeline.legacy_versions is None:
+        fix = "use --schema deploy" if in_range(v.name, pipeline.deploy_versions) else "write a deploy file"
+        raise InputError(f"no stage_args file serves {pipeline.name}: {pipeline.legacy_versions_source}; {fix} "
+                         f"(--schema deploy, vLLM-Omni {_range_text(pipeline.deploy_versions)})")
     if schema == "stage-args" and not in_range(v.name, pipeline.legacy_versions):
         raise InputError(
             f"a stage_args file for {pipeline.name} works on vLLM-Omni {_range_text(pipeline.legacy_versions)} only: "
             f"{pipeline.legacy_versions_source}; use --schema deploy for {v.name}"
+        )
+    if schema == "deploy" and not in_range(v.name, pipeline.deploy_versions):
+        raise InputError(
+            f"a deploy file for {pipeline.name} works on vLLM-Omni {_range_text(pipeline.deploy_versions)} only: "
+            f"{pipeline.deploy_versions_source}; choose another --omni-version"
         )
 
 
@@ -272,7 +283,7 @@ def render_deploy(plan: Plan, layout=None) -> str:
     `layout` (multihost.HostLayout): the file of one host of a multi-host plan, with that
     host's devices and replica counts, and its connectors across hosts."""
     ensure_renderable(plan.request)
-    top = copy.deepcopy(plan.request.pipeline.deploy_top)
+    top = copy.deepcopy(plan.request.pipeline.deploy_top_at(plan.request.version.name))
     connectors = top.pop("connectors", None)
     if layout is not None and layout.connectors:
         connectors = {**(connectors or {}), **copy.deepcopy(layout.connectors)}

@@ -111,10 +111,13 @@ def test_weights_split_over_tp_ranks_but_norms_stay_whole(tmp_path):
     assert data["stages"][0]["weights_bytes"] == (total - norms) // 2 + norms
 
 
-def qwen3_omni_dir(tmp_path: Path) -> tuple[Path, dict[str, int]]:
+def qwen3_omni_dir(tmp_path: Path, audio_output: bool = True) -> tuple[Path, dict[str, int]]:
+    """A Qwen3-Omni checkpoint; without audio output (a Thinking or Captioner checkpoint)
+    it holds the thinker's tensors only and says enable_audio_output false."""
     root = tmp_path / "qwen3-omni"
     root.mkdir()
     config = json.loads(resources.files("omni_autoconf.models").joinpath("qwen3-omni-moe.config.json").read_text())
+    config["enable_audio_output"] = audio_output
     (root / "config.json").write_text(json.dumps(config))
     tensors = {
         "thinker.model.embed_tokens.weight": ("BF16", [152064, 2048]),
@@ -129,6 +132,8 @@ def qwen3_omni_dir(tmp_path: Path) -> tuple[Path, dict[str, int]]:
         "talker.model.norm.weight": ("BF16", [1024]),
         "code2wav.decoder.weight": ("BF16", [220_000_000]),
     }
+    if not audio_output:
+        tensors = {name: spec for name, spec in tensors.items() if name.startswith("thinker.")}
     write_safetensors(root / "model.safetensors", tensors)
     sizes = {}
     for name, (dtype, shape) in tensors.items():
@@ -148,6 +153,13 @@ def test_an_omni_checkpoint_plans_each_stage_with_its_exact_weights(tmp_path):
     buffers = {s["name"]: s["load_buffer_bytes"] for s in data["stages"]}
     assert buffers["thinker"] == 3 * 32768 * 2048 * 2  # the deepstack buffers, built at load: not in the checkpoint
     assert data["model"] == "qwen3-omni-moe"
+
+
+def test_a_qwen3_omni_checkpoint_without_audio_output_plans_the_thinker_alone(tmp_path):
+    root, sizes = qwen3_omni_dir(tmp_path, audio_output=False)
+    data = plan_json("--gpus", "2xH100-80GB", "--model", root, "--tp", "thinker=1")
+    assert data["model"] == "qwen3-omni-moe-thinking"
+    assert {s["name"]: s["weights_bytes"] for s in data["stages"]} == sizes == {"thinker": sizes["thinker"]}
 
 
 def test_the_qwen3_config_gives_the_catalogs_kv_bytes_per_token(tmp_path):
