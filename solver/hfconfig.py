@@ -135,12 +135,32 @@ def section(cfg: dict, path: str, where: str) -> dict:
     return node
 
 
+def _refuse_sliding_window(cfg: dict, where: str) -> None:
+    """Sliding-window layers are not modelled: refuse them rather than plan them as full
+    attention. vLLM 0.26+ gives each sliding layer group cdiv(min(window - 1 + 2 x
+    max_num_batched_tokens, max_model_len), block) + 1 blocks per request, from one pool
+    padded to equal groups (vllm 0.30.0 v1/kv_cache_interface.py SlidingWindowSpec
+    max_memory_usage_bytes, v1/core/kv_cache_utils.py get_kv_cache_config_from_groups),
+    which exceeds the full-attention count when max_model_len is short: planning them as
+    full attention would promise KV that vLLM does not give."""
+    layer_types = cfg.get("layer_types")
+    sliding_layers = isinstance(layer_types, list) and any("sliding" in str(t) for t in layer_types)
+    window = cfg.get("sliding_window")
+    windowed = window not in (None, 0, False) and cfg.get("use_sliding_window", True) is not False
+    if sliding_layers or windowed:
+        raise InputError(
+            f"{where}: sliding-window attention (sliding_window {window!r}) is not modelled yet: vLLM sizes those "
+            "layers' KV per window in a shared pool, which at a short max_model_len takes more than full attention, "
+            "so no plan is given rather than one that promises KV vLLM will not give")
+
+
 def one_stage_pipeline(cfg: dict, name: str, where: str = "config.json") -> dict[str, Any]:
     """The catalog data of a one-stage pipeline for the decoder LLM that `cfg` (a
     config.json) describes; catalog.pipeline_from_config validates it."""
     if not isinstance(cfg, dict):
         raise InputError(f"{where}: expected a JSON object")
     cfg = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) and "num_hidden_layers" not in cfg else cfg
+    _refuse_sliding_window(cfg, where)
     linear, replicated, _, geometry = _layer_params(cfg, where)
     vocab = _int(cfg, where, "vocab_size")
     hidden = geometry["hidden_size"]

@@ -252,3 +252,22 @@ def test_a_stage_cast_at_load_is_planned_at_the_loaded_size_and_says_so(tmp_path
     assert "code2wav: weights stored in BF16 are loaded as float32" in result.stdout
     data = plan_json("--gpus", "2xH100-80GB", "--model", root, "--max-model-len", "8192")
     assert {s["name"]: s["weights_bytes"] for s in data["stages"]}["code2wav"] == 400_000_000 * 4
+
+
+@pytest.mark.parametrize("extra, refused", [
+    ({"model_type": "gemma3_text", "sliding_window": 1024,
+      "layer_types": ["sliding_attention"] * 5 + ["full_attention"]}, True),   # Gemma 3: 5 sliding : 1 full
+    ({"model_type": "mistral", "sliding_window": 4096}, True),                # every layer slides
+    ({"model_type": "qwen2", "sliding_window": 131072, "use_sliding_window": False}, False),  # Qwen2: off
+    ({"model_type": "mistral", "sliding_window": None}, False),
+])
+def test_sliding_window_layers_are_refused_not_planned_as_full_attention(tmp_path, extra, refused):
+    root, _ = llama_dir(tmp_path)
+    cfg = json.loads((root / "config.json").read_text())
+    (root / "config.json").write_text(json.dumps({**cfg, **extra}))
+    result = CliRunner().invoke(main, ["--gpus", "1xH100-80GB", "--model", str(root), "--max-model-len", "8192", "-q"])
+    if refused:
+        assert result.exit_code == 2 and "sliding-window attention" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+    else:
+        assert result.exit_code == 0, result.stderr
