@@ -14,7 +14,8 @@ from click.testing import CliRunner
 
 HERE = Path(__file__).resolve().parent
 
-# (file, omni-autoconf arguments): the three commands of the README, and the one-card 3B.
+# (file, omni-autoconf arguments): the three commands of the README, the one-card 3B, the
+# thinker-only Qwen3-Omni, and Qwen3-TTS split over one small card.
 EXAMPLES = [
     ("qwen3-omni-moe.2xH100-80GB.deploy.yaml", ["--gpus", "2xH100-80GB", "--model", "qwen3-omni-moe"]),
     (
@@ -31,6 +32,8 @@ EXAMPLES = [
         ["--gpus", "1xRTX4090", "--model", "qwen2.5-omni-3b", "--max-model-len", "4096",
          "--max-num-batched-tokens", "4096"],
     ),
+    ("qwen3-omni-moe-thinking.2xH100-80GB.deploy.yaml", ["--gpus", "2xH100-80GB", "--model", "qwen3-omni-moe-thinking"]),
+    ("qwen3-tts-1.7b.1xRTX4090.deploy.yaml", ["--gpus", "1xRTX4090", "--model", "qwen3-tts-1.7b"]),
 ]
 
 

@@ -13,10 +13,14 @@ from functools import lru_cache
 from importlib import resources
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
+from .catalog_parts import (  # noqa: F401  (re-exported: the parts are catalog vocabulary)
+    VERSIONS_PATTERN, Component, DeployTopOverlay, EncoderProfile, GenerationProfile, LegacyOverlay, MemoryDefaults,
+    Strict, TpEvidence, Transformer, VisionTower,
+)
 from .errors import CatalogError, InputError
-from .vllm_facts import in_range
+from .vllm_facts import in_range, range_text
 from .yamlio import parse_mapping
 
 Schema = Literal["deploy", "stage-args"]
@@ -39,159 +43,8 @@ PLANNED_KEYS = ("devices", "tensor_parallel_size", "gpu_memory_utilization", "ma
                 "max_num_batched_tokens", "enforce_eager", "kv_cache_dtype", "max_batch_size", "kv_cache_memory_bytes",
                 "num_replicas")
 
-_VERSIONS_PATTERN_INLINE = r"^\d+\.\d+(-(\d+\.\d+)?)?$"
 
-# Flags of OmniVersion a component or profile may depend on (see vllm_facts.OmniVersion).
-VersionFlag = Literal["talker_builds_encoders"]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Component(_Strict):
-    """A block of parameters a stage loads."""
-
-    name: str = Field(description="What it is: llm, audio_encoder, vision_encoder, ...")
-    params: int = Field(gt=0, description="Parameter count.")
-    sharding: Literal["tp", "replicated"] = Field(
-        description="tp: split over the TP ranks (linear layers, experts, vocab); "
-        "replicated: every rank holds all of it (norms, routers, encoders)."
-    )
-    dtype: str | None = Field(default=None, description="Overrides the stage dtype for this block.")
-    split_versions: str | None = Field(
-        default=None, pattern=_VERSIONS_PATTERN_INLINE,
-        description="A replicated block that these vLLM-Omni versions split over the TP ranks instead.",
-    )
-    split_divides: int | None = Field(
-        default=None, gt=0, description="...and only when TP divides this (its attention heads); else replicated."
-    )
-    only_if: VersionFlag | None = Field(
-        default=None, description="Loaded only in vLLM-Omni versions where this flag holds."
-    )
-    tensor_prefix: str | None = Field(
-        default=None, description="The checkpoint tensors of this block (e.g. thinker.audio_tower.)."
-    )
-    source: str = Field(min_length=1, description="Where the count comes from.")
-
-
-class Transformer(_Strict):
-    """Geometry of the stage's decoder (for KV bytes and the profile-run activations)."""
-
-    num_layers: int = Field(gt=0)
-    hidden_size: int = Field(gt=0)
-    num_heads: int = Field(gt=0)
-    num_kv_heads: int = Field(gt=0)
-    head_dim: int = Field(gt=0, description="Explicit head_dim of the config (Qwen3: 128 != hidden/heads).")
-    vocab_size: int = Field(gt=0)
-    max_position: int = Field(gt=0, description="max_position_embeddings: vLLM's default max_model_len.")
-    mlp: Literal["dense", "moe"]
-    intermediate_size: int = Field(gt=0, description="Dense MLP width, or per-expert width for MoE.")
-    num_experts_per_tok: int = Field(default=0, ge=0)
-    shared_expert_intermediate_size: int = Field(default=0, ge=0)
-    qk_norm: bool = Field(default=False, description="RMSNorm on q and k (Qwen3): two more temporaries.")
-    deepstack_levels: int = Field(
-        default=0, ge=0, description="Deepstack input buffers of max_num_batched_tokens x hidden allocated at load."
-    )
-    kv_latent_dim: int = Field(
-        default=0, ge=0,
-        description="MLA: values of the one latent cached per token and layer (kv_lora_rank + qk_rope_head_dim; "
-        "DeepSeek-V2/V3: 576), the same on every TP rank. 0: K and V per head.",
-    )
-    source: str = Field(min_length=1)
-
-    @model_validator(mode="after")
-    def _moe_fields(self) -> "Transformer":
-        if self.mlp == "moe" and self.num_experts_per_tok < 1:
-            raise ValueError("num_experts_per_tok must be >= 1 for an MoE MLP")
-        if self.num_heads % self.num_kv_heads:
-            raise ValueError(f"num_heads {self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}")
-        return self
-
-
-class EncoderProfile(_Strict):
-    """The multimodal item the profile run encodes before the decoder pass."""
-
-    budget_tokens: int = Field(gt=0, description="Encoder cache budget, in decoder tokens.")
-    patches_per_token: int = Field(gt=0, description="Encoder positions per decoder token (spatial merge^2).")
-    hidden_size: int = Field(gt=0)
-    intermediate_size: int = Field(gt=0)
-    only_if: VersionFlag | None = None
-    source: str = Field(min_length=1)
-
-
-class VisionTower(_Strict):
-    """A Qwen-VL style vision encoder and the limits its processors put on the dummy video
-    the profile run encodes (profile.py derives the peak from these)."""
-
-    depth: int = Field(gt=0)
-    hidden_size: int = Field(gt=0)
-    intermediate_size: int = Field(gt=0)
-    num_heads: int = Field(gt=0)
-    patch_size: int = Field(gt=0)
-    temporal_patch_size: int = Field(gt=0)
-    spatial_merge_size: int = Field(gt=0)
-    deepstack_layers: int = Field(ge=0, description="Block outputs kept for deepstack (their count).")
-    out_hidden_size: int = Field(gt=0, description="Width of each merger output (the decoder's hidden size).")
-    image_max_pixels: int = Field(gt=0, description="Image processor max_pixels: what vLLM sizes the dummy for.")
-    video_max_pixels: int = Field(gt=0, description="The HF processor's per-frame video limit.")
-    video_min_pixels: int = Field(gt=0)
-    only_if: VersionFlag | None = None
-    source: str = Field(min_length=1)
-
-
-class GenerationProfile(_Strict):
-    """Profile-run activations of a generation stage (no vLLM decoder, e.g. a vocoder).
-
-    The profile run feeds max_num_batched_tokens tokens, i.e. tokens / tokens_per_frame
-    frames; the stage decodes at most chunk_frames of them at once, unless it streams
-    (async_chunk) and `whole_batch_when_streaming`, in which case it decodes them all."""
-
-    tokens_per_frame: int = Field(default=1, gt=0, description="Input tokens per decoded frame (codebooks).")
-    chunk_frames: int = Field(gt=0, description="Frames decoded at once when chunking.")
-    bytes_per_frame: int = Field(gt=0, description="Activation bytes per frame at the peak.")
-    whole_batch_when_streaming: bool = False
-    source: str = Field(min_length=1)
-
-
-_VERSIONS_PATTERN = r"^\d+\.\d+(-(\d+\.\d+)?)?$"
-
-
-class TpEvidence(_Strict):
-    """An upstream config or test that runs a stage at a TP degree, in some versions."""
-
-    tp: int = Field(ge=1)
-    versions: str = Field(pattern=_VERSIONS_PATTERN, description='vLLM-Omni versions, e.g. "0.14-0.30" or "0.20-".')
-    source: str = Field(min_length=1, description="The file (wheel or repository path) and what it sets.")
-
-
-class LegacyOverlay(_Strict):
-    """Legacy (stage_args) fields that only some vLLM-Omni versions' bundled files set."""
-
-    versions: str = Field(pattern=_VERSIONS_PATTERN)
-    engine_args: dict[str, Any] = Field(default_factory=dict)
-    source: str = Field(min_length=1)
-
-
-class DeployTopOverlay(_Strict):
-    """Top-level deploy keys that only some vLLM-Omni versions take (e.g. which registry
-    key `pipeline:` names), with what a user must know when that version runs the file."""
-
-    versions: str = Field(pattern=_VERSIONS_PATTERN)
-    fields: dict[str, Any] = Field(min_length=1)
-    note: str | None = Field(default=None, description="Said in the plan's header for these versions.")
-    source: str = Field(min_length=1)
-
-
-class MemoryDefaults(_Strict):
-    """Values of the memory knobs when neither the user nor the plan sets them."""
-
-    max_num_seqs: int = Field(gt=0)
-    max_num_batched_tokens: int = Field(gt=0)
-    enforce_eager: bool
-
-
-class StageSpec(_Strict):
+class StageSpec(Strict):
     """One stage of a pipeline."""
 
     stage_id: int = Field(ge=0)
@@ -250,6 +103,11 @@ class StageSpec(_Strict):
     def has_kv_cache(self) -> bool:
         return self.role == "autoregressive"
 
+    def default_max_model_len(self, schema: str) -> int:
+        """The bundled config's max_model_len, else the model's positions (vLLM's default)."""
+        d = self.defaults.get(schema)
+        return (d.max_model_len if d is not None else None) or self.transformer.max_position
+
     def tested_tp_degrees(self, version: str) -> list[int]:
         """The TP degrees some upstream config or test of `version` runs this stage at."""
         return sorted({ev.tp for ev in self.tp_tested if in_range(version, ev.versions)})
@@ -258,7 +116,7 @@ class StageSpec(_Strict):
         return [ev.source for ev in self.tp_tested if ev.tp == tp and in_range(version, ev.versions)]
 
 
-class PipelineSpec(_Strict):
+class PipelineSpec(Strict):
     """A vLLM-Omni pipeline (one model)."""
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9.\-]*$")
@@ -269,13 +127,13 @@ class PipelineSpec(_Strict):
     deploy_top: dict[str, Any] = Field(default_factory=dict, description="Top-level keys of the deploy YAML.")
     legacy_top: dict[str, Any] = Field(default_factory=dict, description="Top-level keys besides stage_args.")
     legacy_versions: str | None = Field(
-        pattern=_VERSIONS_PATTERN,
+        pattern=VERSIONS_PATTERN,
         description="vLLM-Omni versions in which the legacy stage wiring (the functions its "
         "custom_process_input_func names) exists; null: no stage_args file serves this pipeline.",
     )
     legacy_versions_source: str = Field(min_length=1)
     deploy_versions: str = Field(
-        default="0.20-", pattern=_VERSIONS_PATTERN,
+        default="0.20-", pattern=VERSIONS_PATTERN,
         description="vLLM-Omni versions whose deploy loader serves this pipeline (deploy/ exists from 0.20).",
     )
     deploy_versions_source: str | None = None
@@ -312,6 +170,22 @@ class PipelineSpec(_Strict):
         for key, value in self.deploy_top.items():
             top.setdefault(key, value)
         return top
+
+    def unserved_reason(self, schema: str, version: str) -> str | None:
+        """Why no `schema` file of this pipeline is planned or checked for `version`, or None."""
+        if schema == "stage-args" and self.legacy_versions is None:
+            fix = ("use --schema deploy" if in_range(version, self.deploy_versions) else
+                   f"choose --omni-version {self.deploy_versions.partition('-')[0]} or later" if "-" in self.deploy_versions
+                   else f"choose --omni-version {self.deploy_versions}")
+            return (f"no stage_args file is planned for {self.name}: {self.legacy_versions_source}; {fix} "
+                    f"(deploy files, vLLM-Omni {range_text(self.deploy_versions)})")
+        if schema == "stage-args" and not in_range(version, self.legacy_versions):
+            return (f"a stage_args file for {self.name} works on vLLM-Omni {range_text(self.legacy_versions)} only: "
+                    f"{self.legacy_versions_source}; use --schema deploy for {version}")
+        if schema == "deploy" and not in_range(version, self.deploy_versions):
+            return (f"{self.name} is modelled for vLLM-Omni {range_text(self.deploy_versions)} deploy files only: "
+                    f"{self.deploy_versions_source}; choose another --omni-version")
+        return None
 
     def deploy_notes(self, version: str) -> list[str]:
         return [o.note for o in self.deploy_top_overlays if o.note and in_range(version, o.versions)]

@@ -74,6 +74,11 @@ def _check(**o) -> int:
     check_output_path(output)
     config = read_config(o["config"], once(o["platform"], "--platform", "cuda"),
                          engine_extras=version.deploy_reads_engine_extras)
+    # A version the catalog does not model for this pipeline is refused; a legacy file whose
+    # wiring the version lacks is still judged (it is a predicted failure, not bad input).
+    unserved = pipeline.unserved_reason(config.schema, version.name)
+    if unserved is not None and (config.schema == "deploy" or pipeline.legacy_versions is None):
+        raise InputError(unserved)
     calibration = calibration_option(once(o["calibration"], "--calibration"), pipeline, version, gpus)
     report = check_config(pipeline, list(gpus), version, config, upstream=True if o["upstream"] else None,
                           parallel_init=o["parallel_init"], buffer_bytes=int(buffer_gib * GiB), exclusive=exclusive,

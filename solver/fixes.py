@@ -118,11 +118,11 @@ def _candidates(request: Request, budget: _Budget) -> Iterator[Fix]:
 
 def _shorter_context(request: Request, budget: _Budget) -> Iterator[Fix]:
     kv_stages = [st for st in request.pipeline.stages if st.has_kv_cache]
-    current = max(request.max_model_len.get(st.name, st.transformer.max_position) for st in kv_stages)
+    current = max(request.max_model_len.get(st.name, st.default_max_model_len(request.schema)) for st in kv_stages)
 
     def with_len(steps: int) -> Request:
         length = steps * CONTEXT_STEP
-        lens = {st.name: min(length, request.max_model_len.get(st.name, st.transformer.max_position)) for st in kv_stages}
+        lens = {st.name: min(length, request.max_model_len.get(st.name, st.default_max_model_len(request.schema))) for st in kv_stages}
         values = {k: v for k, v in request.global_values.items() if k != "max_model_len"}
         return replace(request, max_model_len=lens, global_values=values)
 

@@ -135,9 +135,11 @@ def stage_memory(stage: StageSpec, tp: int, knobs: StageKnobs, version: OmniVers
     elem = DTYPE_BYTES[stage.dtype]
     hidden = stage.transformer.hidden_size
     deepstack = stage.transformer.deepstack_levels * knobs.max_num_batched_tokens * hidden * 2
+    gp = stage.generation_profile
+    state = gp.state_bytes_per_seq * knobs.max_num_seqs if gp is not None else 0
     peak, persistent = activation_peak(stage, tp, knobs, version)
     return StageMemory(
-        weights_bytes=weights_per_rank(stage, tp, version) + deepstack,
+        weights_bytes=weights_per_rank(stage, tp, version) + deepstack + state,
         activation_bytes=peak,
         persistent_bytes=persistent,
         non_torch_bytes=F.NON_TORCH_BYTES_TP if tp > 1 else F.NON_TORCH_BYTES,
@@ -149,7 +151,7 @@ def stage_memory(stage: StageSpec, tp: int, knobs: StageKnobs, version: OmniVers
         # A stage without KV cache sizes nothing from the measurement: its fraction is only
         # the start-up gate, and what it holds is its profile peak either way.
         accounting=version.kv_accounting if stage.has_kv_cache else "profile",
-        load_buffer_bytes=deepstack,
+        load_buffer_bytes=deepstack + state,
     )
 
 
@@ -193,7 +195,7 @@ def resolve_knobs(
     out: dict[str, StageKnobs] = {}
     for stage in pipeline.stages:
         d = stage.defaults[schema]
-        mml = (max_model_len or {}).get(stage.name, stage.transformer.max_position)
+        mml = (max_model_len or {}).get(stage.name, stage.default_max_model_len(schema))
         if check and stage.has_kv_cache and mml > stage.transformer.max_position:
             raise InputError(
                 f"--max-model-len {mml} for {stage.name} exceeds the model's maximum "

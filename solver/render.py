@@ -232,13 +232,13 @@ def ensure_renderable(request: Request) -> None:
     """Refuse (InputError, exit 2) a schema the chosen version's loader does not read, and
     a legacy file whose stage wiring names functions that version no longer has."""
     from .errors import InputError
-    from .vllm_facts import SCHEMA_VERSIONS, in_range
+    from .vllm_facts import SCHEMA_VERSIONS, range_text
 
     v, schema, pipeline = request.version, request.schema, request.pipeline
     if not v.reads(schema):
         raise InputError(
             f"vLLM-Omni {v.name} does not read the {schema} schema (it is read by vLLM-Omni "
-            f"{_range_text(SCHEMA_VERSIONS[schema])}); choose --schema {'deploy' if schema == 'stage-args' else 'stage-args'}"
+            f"{range_text(SCHEMA_VERSIONS[schema])}); choose --schema {'deploy' if schema == 'stage-args' else 'stage-args'}"
             " or another --omni-version"
         )
     hosts = node_names(request.gpus)
@@ -251,25 +251,9 @@ def ensure_renderable(request: Request) -> None:
             "replicas and 0.18 has no headless mode. Plan one host per pipeline for older versions")
     if len(hosts) > 1 and schema != "deploy":
         raise InputError(f"a plan over {len(hosts)} hosts is written in the deploy schema: use --schema deploy")
-    if schema == "stage-args" and pipeline.legacy_versions is None:
-        fix = "use --schema deploy" if in_range(v.name, pipeline.deploy_versions) else "write a deploy file"
-        raise InputError(f"no stage_args file serves {pipeline.name}: {pipeline.legacy_versions_source}; {fix} "
-                         f"(--schema deploy, vLLM-Omni {_range_text(pipeline.deploy_versions)})")
-    if schema == "stage-args" and not in_range(v.name, pipeline.legacy_versions):
-        raise InputError(
-            f"a stage_args file for {pipeline.name} works on vLLM-Omni {_range_text(pipeline.legacy_versions)} only: "
-            f"{pipeline.legacy_versions_source}; use --schema deploy for {v.name}"
-        )
-    if schema == "deploy" and not in_range(v.name, pipeline.deploy_versions):
-        raise InputError(
-            f"a deploy file for {pipeline.name} works on vLLM-Omni {_range_text(pipeline.deploy_versions)} only: "
-            f"{pipeline.deploy_versions_source}; choose another --omni-version"
-        )
-
-
-def _range_text(versions: str) -> str:
-    low, sep, high = versions.partition("-")
-    return f"{low} to {high}" if high else (f"{low} and later" if sep else low)
+    reason = pipeline.unserved_reason(schema, v.name)
+    if reason is not None:
+        raise InputError(reason)
 
 
 def render_deploy(plan: Plan, layout=None) -> str:

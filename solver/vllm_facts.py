@@ -222,6 +222,12 @@ def version_key(name: str) -> tuple[int, int]:
     return major, minor
 
 
+def range_text(versions: str) -> str:
+    """A version range in words: "0.14 to 0.24", "0.26 and later", "0.30"."""
+    low, sep, high = versions.partition("-")
+    return f"{low} to {high}" if high else (f"{low} and later" if sep else low)
+
+
 def in_range(name: str, versions: str) -> bool:
     """Whether version `name` ("0.24") lies in `versions` ("0.14-0.30", "0.20-", "0.12")."""
     low, sep, high = versions.partition("-")

@@ -22,6 +22,7 @@ FILES = {  # catalog model -> its bundled file, legacy (0.14-0.18) and deploy (0
     "qwen3-omni-moe": ("model_executor/stage_configs/qwen3_omni_moe.yaml", "deploy/qwen3_omni_moe.yaml"),
     "qwen2.5-omni-7b": ("model_executor/stage_configs/qwen2_5_omni.yaml", "deploy/qwen2_5_omni.yaml"),
     "qwen3-omni-moe-thinking": (None, "deploy/qwen3_omni_moe_thinking.yaml"),  # bundled from 0.26
+    "qwen3-tts-1.7b": (None, "deploy/qwen3_tts.yaml"),  # modelled for 0.30 only
 }
 VERSIONS = ["0.14", "0.16", "0.18", "0.20", "0.22", "0.24", "0.26", "0.28", "0.30"]
 VERIFIED = re.compile(r"verified on (\d+)x (H100)", re.I)
@@ -32,6 +33,8 @@ def _bundled(model: str, version: str):
     name = deploy if version >= "0.20" else legacy
     if name is None:
         pytest.skip(f"vllm-omni {version} ships no file for {model}")
+    if lookup_model(model).unserved_reason("deploy" if version >= "0.20" else "stage-args", version):
+        pytest.skip(f"{model} is not modelled for vllm-omni {version}")
     path = wheel_root(version) / "vllm_omni" / name
     if not path.is_file():
         pytest.skip(f"vllm-omni {version} ships no {path.name}")
@@ -69,3 +72,22 @@ def test_the_plan_holds_at_least_the_verified_configs_smallest_headroom(model):
                                max_num_seqs={n: k.max_num_seqs for n, k in knobs.items()},
                                max_num_batched_tokens={n: k.max_num_batched_tokens for n, k in knobs.items()}))
     assert result.min_kv_requests >= bundled
+
+
+def test_the_qwen3_tts_plan_on_one_rtx4090_splits_the_card_better_than_the_bundled_file():
+    """How to split one small card between the Qwen3-TTS talker and code2wav: the plan gives
+    code2wav what it holds (its fraction reserves nothing: no KV cache) and the talker the
+    rest, and it still fits the card; the bundled 0.3/0.3 split, judged on the same card,
+    leaves the talker less KV."""
+    path, _ = _bundled("qwen3-tts-1.7b", "0.30")
+    pipeline, gpus, v = lookup_model("qwen3-tts-1.7b"), parse_gpus("1xRTX4090"), omni_version("0.30")
+    bundled = check_config(pipeline, gpus, v, read_config(str(path)))
+    assert bundled.ok, [p.message for p in bundled.errors]
+    ours = plan(make_request("qwen3-tts-1.7b", "1xRTX4090", "0.30"))
+    talker, code2wav = ours.stages
+    assert talker.devices == code2wav.devices == (0,)
+    assert code2wav.gpu_memory_utilization < 0.3 < talker.gpu_memory_utilization
+    (gpu,) = ours.gpus
+    assert gpu.free_bytes >= 0
+    kv = {o.run.name: o.max_concurrency for o in bundled.stages if o.run.has_kv}
+    assert talker.max_concurrency > kv["talker"]

@@ -1,0 +1,163 @@
+"""The parts of a catalog stage: its parameter blocks, decoder geometry, profile inputs,
+TP evidence and version overlays (catalog.py assembles them into stages and pipelines).
+Every part is strict (unknown keys are errors) and frozen."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+VERSIONS_PATTERN = r"^\d+\.\d+(-(\d+\.\d+)?)?$"  # "0.14-0.24", "0.26-", "0.30"
+
+# Flags of OmniVersion a component or profile may depend on (see vllm_facts.OmniVersion).
+VersionFlag = Literal["talker_builds_encoders"]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Component(Strict):
+    """A block of parameters a stage loads."""
+
+    name: str = Field(description="What it is: llm, audio_encoder, vision_encoder, ...")
+    params: int = Field(gt=0, description="Parameter count.")
+    sharding: Literal["tp", "replicated"] = Field(
+        description="tp: split over the TP ranks (linear layers, experts, vocab); "
+        "replicated: every rank holds all of it (norms, routers, encoders)."
+    )
+    dtype: str | None = Field(default=None, description="Overrides the stage dtype for this block.")
+    split_versions: str | None = Field(
+        default=None, pattern=VERSIONS_PATTERN,
+        description="A replicated block that these vLLM-Omni versions split over the TP ranks instead.",
+    )
+    split_divides: int | None = Field(
+        default=None, gt=0, description="...and only when TP divides this (its attention heads); else replicated."
+    )
+    only_if: VersionFlag | None = Field(
+        default=None, description="Loaded only in vLLM-Omni versions where this flag holds."
+    )
+    tensor_prefix: str | None = Field(
+        default=None, description="The checkpoint tensors of this block (e.g. thinker.audio_tower.)."
+    )
+    source: str = Field(min_length=1, description="Where the count comes from.")
+
+
+class Transformer(Strict):
+    """Geometry of the stage's decoder (for KV bytes and the profile-run activations)."""
+
+    num_layers: int = Field(gt=0)
+    hidden_size: int = Field(gt=0)
+    num_heads: int = Field(gt=0)
+    num_kv_heads: int = Field(gt=0)
+    head_dim: int = Field(gt=0, description="Explicit head_dim of the config (Qwen3: 128 != hidden/heads).")
+    vocab_size: int = Field(gt=0)
+    max_position: int = Field(gt=0, description="max_position_embeddings: vLLM's default max_model_len.")
+    mlp: Literal["dense", "moe"]
+    intermediate_size: int = Field(gt=0, description="Dense MLP width, or per-expert width for MoE.")
+    num_experts_per_tok: int = Field(default=0, ge=0)
+    shared_expert_intermediate_size: int = Field(default=0, ge=0)
+    qk_norm: bool = Field(default=False, description="RMSNorm on q and k (Qwen3): two more temporaries.")
+    deepstack_levels: int = Field(
+        default=0, ge=0, description="Deepstack input buffers of max_num_batched_tokens x hidden allocated at load."
+    )
+    kv_latent_dim: int = Field(
+        default=0, ge=0,
+        description="MLA: values of the one latent cached per token and layer (kv_lora_rank + qk_rope_head_dim; "
+        "DeepSeek-V2/V3: 576), the same on every TP rank. 0: K and V per head.",
+    )
+    source: str = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _moe_fields(self) -> "Transformer":
+        if self.mlp == "moe" and self.num_experts_per_tok < 1:
+            raise ValueError("num_experts_per_tok must be >= 1 for an MoE MLP")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads {self.num_heads} is not a multiple of num_kv_heads {self.num_kv_heads}")
+        return self
+
+
+class EncoderProfile(Strict):
+    """The multimodal item the profile run encodes before the decoder pass."""
+
+    budget_tokens: int = Field(gt=0, description="Encoder cache budget, in decoder tokens.")
+    patches_per_token: int = Field(gt=0, description="Encoder positions per decoder token (spatial merge^2).")
+    hidden_size: int = Field(gt=0)
+    intermediate_size: int = Field(gt=0)
+    only_if: VersionFlag | None = None
+    source: str = Field(min_length=1)
+
+
+class VisionTower(Strict):
+    """A Qwen-VL style vision encoder and the limits its processors put on the dummy video
+    the profile run encodes (profile.py derives the peak from these)."""
+
+    depth: int = Field(gt=0)
+    hidden_size: int = Field(gt=0)
+    intermediate_size: int = Field(gt=0)
+    num_heads: int = Field(gt=0)
+    patch_size: int = Field(gt=0)
+    temporal_patch_size: int = Field(gt=0)
+    spatial_merge_size: int = Field(gt=0)
+    deepstack_layers: int = Field(ge=0, description="Block outputs kept for deepstack (their count).")
+    out_hidden_size: int = Field(gt=0, description="Width of each merger output (the decoder's hidden size).")
+    image_max_pixels: int = Field(gt=0, description="Image processor max_pixels: what vLLM sizes the dummy for.")
+    video_max_pixels: int = Field(gt=0, description="The HF processor's per-frame video limit.")
+    video_min_pixels: int = Field(gt=0)
+    only_if: VersionFlag | None = None
+    source: str = Field(min_length=1)
+
+
+class GenerationProfile(Strict):
+    """Profile-run activations of a generation stage (no vLLM decoder, e.g. a vocoder).
+
+    The profile run feeds max_num_batched_tokens tokens, i.e. tokens / tokens_per_frame
+    frames; the stage decodes at most chunk_frames of them at once, unless it streams
+    (async_chunk) and `whole_batch_when_streaming`, in which case it decodes them all."""
+
+    tokens_per_frame: int = Field(default=1, gt=0, description="Input tokens per decoded frame (codebooks).")
+    chunk_frames: int = Field(gt=0, description="Frames decoded at once when chunking.")
+    bytes_per_frame: int = Field(gt=0, description="Activation bytes per frame at the peak.")
+    whole_batch_when_streaming: bool = False
+    state_bytes_per_seq: int = Field(
+        default=0, ge=0,
+        description="Per-request decoder state held for every one of max_num_seqs rows (model-local KV).",
+    )
+    source: str = Field(min_length=1)
+
+
+
+class TpEvidence(Strict):
+    """An upstream config or test that runs a stage at a TP degree, in some versions."""
+
+    tp: int = Field(ge=1)
+    versions: str = Field(pattern=VERSIONS_PATTERN, description='vLLM-Omni versions, e.g. "0.14-0.30" or "0.20-".')
+    source: str = Field(min_length=1, description="The file (wheel or repository path) and what it sets.")
+
+
+class LegacyOverlay(Strict):
+    """Legacy (stage_args) fields that only some vLLM-Omni versions' bundled files set."""
+
+    versions: str = Field(pattern=VERSIONS_PATTERN)
+    engine_args: dict[str, Any] = Field(default_factory=dict)
+    source: str = Field(min_length=1)
+
+
+class DeployTopOverlay(Strict):
+    """Top-level deploy keys that only some vLLM-Omni versions take (e.g. which registry
+    key `pipeline:` names), with what a user must know when that version runs the file."""
+
+    versions: str = Field(pattern=VERSIONS_PATTERN)
+    fields: dict[str, Any] = Field(min_length=1)
+    note: str | None = Field(default=None, description="Said in the plan's header for these versions.")
+    source: str = Field(min_length=1)
+
+
+class MemoryDefaults(Strict):
+    """Values of the memory knobs when neither the user nor the plan sets them."""
+
+    max_num_seqs: int = Field(gt=0)
+    max_num_batched_tokens: int = Field(gt=0)
+    enforce_eager: bool
+    max_model_len: int | None = Field(default=None, gt=0, description="Else the model's max_position (vLLM's default).")
