@@ -230,10 +230,36 @@ def _format_validation_error(filename: str, exc: ValidationError) -> str:
     return f"{filename}: field {where}: {err['msg']}"
 
 
+def _extended(variant: dict, filename: str) -> dict:
+    """A variant over the catalog file it `extends` (a sibling checkpoint of one pipeline):
+    its top-level keys replace the base's; its `stages` are partial stages matched by name,
+    each key replacing the base stage's. One level only: a base extends nothing."""
+    base_name = variant["extends"]
+    folder = resources.files("omni_autoconf.models")
+    if not isinstance(base_name, str) or not base_name.endswith(".yaml") or "/" in base_name \
+            or not folder.joinpath(base_name).is_file():
+        raise CatalogError(f"{filename}: extends {base_name!r} is not a catalog file beside it")
+    base = parse_mapping(folder.joinpath(base_name).read_text(), base_name, CatalogError)
+    if "extends" in base:
+        raise CatalogError(f"{filename}: extends {base_name}, which extends another file (one level only)")
+    merged = {**base, **{k: v for k, v in variant.items() if k not in ("extends", "stages")}}
+    stages = [dict(st) for st in base.get("stages") or []]
+    by_name = {st.get("name"): st for st in stages}
+    for partial in variant.get("stages") or []:
+        target = by_name.get(partial.get("name")) if isinstance(partial, dict) else None
+        if target is None:
+            raise CatalogError(f"{filename}: stages: {partial!r} names no stage of {base_name}")
+        target.update(partial)
+    merged["stages"] = stages
+    return merged
+
+
 def load_pipeline_text(text: str, filename: str, config: dict | None = None) -> PipelineSpec:
     """Parse and validate one catalog file's text; errors name the file and the field.
     `config`: the model's config.json (else the one the file names, shipped beside it)."""
     raw = parse_mapping(text, filename, CatalogError)
+    if "extends" in raw:
+        raw = _extended(raw, filename)
     name = raw.get("config")
     if config is None and isinstance(name, str):
         import json

@@ -23,6 +23,7 @@ FILES = {  # catalog model -> its bundled file, legacy (0.14-0.18) and deploy (0
     "qwen2.5-omni-7b": ("model_executor/stage_configs/qwen2_5_omni.yaml", "deploy/qwen2_5_omni.yaml"),
     "qwen3-omni-moe-thinking": (None, "deploy/qwen3_omni_moe_thinking.yaml"),  # bundled from 0.26
     "qwen3-tts-1.7b": (None, "deploy/qwen3_tts.yaml"),  # modelled for 0.30 only
+    "qwen3-tts-0.6b": (None, "deploy/qwen3_tts.yaml"),  # the same file serves both sizes
 }
 VERSIONS = ["0.14", "0.16", "0.18", "0.20", "0.22", "0.24", "0.26", "0.28", "0.30"]
 VERIFIED = re.compile(r"verified on (\d+)x (H100)", re.I)

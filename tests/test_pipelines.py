@@ -1,0 +1,90 @@
+"""The catalog pipelines beyond the three-stage omni models: the Qwen3-Omni thinker alone
+and Qwen3-TTS. Their figures against the public start-up logs they cite, the versions each
+is served on, and the `extends` form a sibling checkpoint's entry takes."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from omni_autoconf.catalog import load_pipeline_text, lookup_model
+from omni_autoconf.cli import main
+from omni_autoconf.errors import CatalogError
+from omni_autoconf.memory import StageKnobs, stage_memory
+from omni_autoconf.vllm_facts import GiB, omni_version
+
+
+def _run(*args):
+    return CliRunner().invoke(main, list(args))
+
+
+@pytest.mark.parametrize("version, key", [("0.26", "qwen3_omni_moe"), ("0.28", "qwen3_omni_moe_thinker_only"),
+                                          ("0.30", "qwen3_omni_moe_thinker_only")])
+def test_the_thinker_alone_names_the_pipeline_each_version_registers(version, key):
+    result = _run("--gpus", "2xH100-80GB", "--model", "qwen3-omni-moe-thinking", "--omni-version", version, "-q")
+    assert result.exit_code == 0, result.stderr
+    doc = yaml.safe_load(result.stdout)
+    assert doc["pipeline"] == key and [s["stage_id"] for s in doc["stages"]] == [0]
+    assert next(iter(doc)) == "pipeline"  # heads the file, as the bundled one
+    assert ("enable_audio_output false" in result.stdout) == (version == "0.26")  # what 0.26 needs is said
+
+
+@pytest.mark.parametrize("model, version, schema, needle", [
+    ("qwen3-omni-moe-thinking", "0.24", None, "choose --omni-version 0.26 or later"),
+    ("qwen3-omni-moe-thinking", "0.26", "stage-args", "use --schema deploy"),
+    ("qwen3-tts-1.7b", "0.28", None, "modelled for vLLM-Omni 0.30 deploy files only"),
+    ("qwen3-tts-0.6b", "0.22", None, "choose --omni-version 0.30"),
+])
+def test_a_version_the_catalog_does_not_model_is_refused_in_one_line(model, version, schema, needle):
+    args = ["--gpus", "1xH100-80GB", "--model", model, "--omni-version", version, "-q"]
+    result = _run(*args, *(["--schema", schema] if schema else []))
+    assert result.exit_code == 2 and needle in result.stderr and len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("model, logged_gib", [("qwen3-tts-1.7b", 3.8655), ("qwen3-tts-0.6b", 1.91)])
+def test_the_tts_talker_is_never_below_its_logged_load_and_keeps_its_logged_kv_per_token(model, logged_gib):
+    talker = lookup_model(model).stage("talker")
+    memory = stage_memory(talker, 1, StageKnobs(4096, 64, 512, False, "auto", True), omni_version("0.30"))
+    assert memory.weights_bytes >= logged_gib * GiB
+    assert memory.weights_bytes < (logged_gib + 0.01) * GiB  # the residual tops it up to the log, no more
+    # 14.46 GiB -> 135,296 tokens (1.7B, PR 4130); 2.01 GiB -> 18,816 tokens (0.6B, PR 7488): 2 decimals of GiB
+    assert memory.kv_bytes_per_token == 2 * 28 * 8 * 128 * 2
+    for gib, tokens in ((14.46, 135_296), (2.01, 18_816)):
+        assert abs(gib * GiB / tokens / memory.kv_bytes_per_token - 1) < 0.005
+
+
+def test_the_tts_talker_profile_is_not_below_the_logged_peak():
+    """0.6B talker, bundled file of 0.26/0.28 (max_num_batched_tokens 32768): "peak
+    activation 0.81 GiB" (https://github.com/vllm-project/vllm-omni/pull/7488)."""
+    talker = lookup_model("qwen3-tts-0.6b").stage("talker")
+    memory = stage_memory(talker, 1, StageKnobs(4096, 64, 32768, False, "auto", True), omni_version("0.30"))
+    assert memory.activation_bytes >= 0.81 * GiB
+
+
+def test_code2wav_holds_its_decoder_state_per_request():
+    code2wav = lookup_model("qwen3-tts-1.7b").stage("code2wav")
+    v = omni_version("0.30")
+    few, many = (stage_memory(code2wav, 1, StageKnobs(65536, n, 65536, False, "auto", True), v) for n in (1, 64))
+    row = 2 * 8 * 16 * 64 * 71 * 2  # K and V, 8 layers, 16 heads of 64, 71 positions, bf16
+    assert many.weights_bytes - few.weights_bytes == 63 * 2 * row
+    assert few.kv_bytes_per_token == 0
+
+
+def test_the_06b_variant_replaces_only_the_talker():
+    small, large = lookup_model("qwen3-tts-0.6b"), lookup_model("qwen3-tts-1.7b")
+    assert small.stage("code2wav") == large.stage("code2wav")
+    assert small.deploy_top == large.deploy_top and small.deploy_versions == large.deploy_versions
+    assert small.stage("talker").deploy_fields == large.stage("talker").deploy_fields
+    assert small.stage("talker").transformer.hidden_size == 1024 != large.stage("talker").transformer.hidden_size
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("extends: nowhere.yaml\nname: x\n", "is not a catalog file beside it"),
+    ("extends: ../qwen3-tts-1.7b.yaml\nname: x\n", "is not a catalog file beside it"),
+    ("extends: qwen3-tts-1.7b.yaml\nname: x\nstages:\n  - {name: vocoder, dtype: float32}\n", "names no stage"),
+    ("extends: qwen3-tts-0.6b.yaml\nname: x\n", "one level only"),
+])
+def test_a_bad_extends_names_the_file_and_the_reason(text, needle):
+    with pytest.raises(CatalogError, match=needle):
+        load_pipeline_text(text, "variant.yaml")
