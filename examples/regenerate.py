@@ -15,7 +15,7 @@ from click.testing import CliRunner
 HERE = Path(__file__).resolve().parent
 
 # (file, omni-autoconf arguments): the three commands of the README, the one-card 3B, the
-# thinker-only Qwen3-Omni, and Qwen3-TTS split over one small card.
+# thinker-only Qwen3-Omni, Qwen3-TTS split over one small card, and BAGEL's thinker beside its dit.
 EXAMPLES = [
     ("qwen3-omni-moe.2xH100-80GB.deploy.yaml", ["--gpus", "2xH100-80GB", "--model", "qwen3-omni-moe"]),
     (
@@ -34,6 +34,7 @@ EXAMPLES = [
     ),
     ("qwen3-omni-moe-thinking.2xH100-80GB.deploy.yaml", ["--gpus", "2xH100-80GB", "--model", "qwen3-omni-moe-thinking"]),
     ("qwen3-tts-1.7b.1xRTX4090.deploy.yaml", ["--gpus", "1xRTX4090", "--model", "qwen3-tts-1.7b"]),
+    ("bagel-7b-mot.1xA100-80GB.deploy.yaml", ["--gpus", "1xA100-80GB", "--model", "bagel-7b-mot"]),
 ]
 
 

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, model_validator
 
 from .catalog_parts import (  # noqa: F401  (re-exported: the parts are catalog vocabulary)
-    VERSIONS_PATTERN, Component, DeployTopOverlay, EncoderProfile, GenerationProfile, LegacyOverlay, MemoryDefaults,
+    VERSIONS_PATTERN, Component, DeployTopOverlay, DiffusionProfile, EncoderProfile, GenerationProfile, LegacyOverlay, MemoryDefaults,
     Strict, TpEvidence, Transformer, VisionTower,
 )
 from .errors import CatalogError, InputError
@@ -49,8 +49,9 @@ class StageSpec(Strict):
 
     stage_id: int = Field(ge=0)
     name: str = Field(pattern=r"^[a-z][a-z0-9_]*$", description="The stage's role: thinker, talker, code2wav, ...")
-    role: Literal["autoregressive", "generation"] = Field(
-        description="autoregressive: vLLM attention with a KV cache; generation: no KV cache."
+    role: Literal["autoregressive", "generation", "diffusion"] = Field(
+        description="autoregressive: vLLM attention with a KV cache; generation: no KV cache; diffusion: "
+        "no KV cache, and its fraction bounds nothing (diffusion_profile)."
     )
     dtype: str = Field(description="dtype the weights are loaded in.")
     components: list[Component] = Field(min_length=1)
@@ -58,6 +59,7 @@ class StageSpec(Strict):
     vision_tower: VisionTower | None = None
     encoder_profile: EncoderProfile | None = Field(default=None, description="An estimate where no tower is derived.")
     generation_profile: GenerationProfile | None = None
+    diffusion_profile: DiffusionProfile | None = None
     tp_degrees: list[int] = Field(min_length=1, description="TP degrees vLLM accepts for this stage.")
     tp_tested: list[TpEvidence] = Field(
         min_length=1, description="The degrees upstream runs, with evidence: the only ones planned by default."
@@ -97,11 +99,19 @@ class StageSpec(Strict):
             raise ValueError("max_num_seqs_limit and max_num_seqs_limit_source go together")
         if (self.role == "generation") != (self.generation_profile is not None):
             raise ValueError("generation_profile is required for generation stages and only for them")
+        if (self.role == "diffusion") != (self.diffusion_profile is not None):
+            raise ValueError("diffusion_profile is required for diffusion stages and only for them")
         return self
 
     @property
     def has_kv_cache(self) -> bool:
         return self.role == "autoregressive"
+
+    @property
+    def bounded_by_fraction(self) -> bool:
+        """Whether vLLM-Omni measures this stage against its gpu_memory_utilization at
+        start-up (every stage but a dense diffusion one)."""
+        return self.role != "diffusion"
 
     def default_max_model_len(self, schema: str) -> int:
         """The bundled config's max_model_len, else the model's positions (vLLM's default)."""

@@ -128,6 +128,17 @@ class GenerationProfile(Strict):
 
 
 
+class DiffusionProfile(Strict):
+    """What a diffusion stage holds beyond its weights at its largest request. Nothing in
+    vLLM-Omni bounds it: a dense diffusion stage reads no gpu_memory_utilization and checks
+    no free memory at start-up (vllm_omni 0.30.0 diffusion/worker/diffusion_worker.py reads
+    it only in paged_scheduler mode), so the plan holds room for all of it outside any KV."""
+
+    peak_bytes: int = Field(gt=0, description="Beyond weights: activations, context KV copies, decode, slack.")
+    resolution: str = Field(min_length=1, description="The request it is sized for, e.g. 1024x1024 with CFG.")
+    source: str = Field(min_length=1)
+
+
 class TpEvidence(Strict):
     """An upstream config or test that runs a stage at a TP degree, in some versions."""
 

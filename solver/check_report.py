@@ -80,7 +80,7 @@ def render_check_table(report: CheckReport) -> str:
                 f"{r.stage_id} {r.name}" + (f" x{r.replicas}" if r.replicas > 1 else ""),
                 ",".join(map(str, r.devices)),
                 str(r.tensor_parallel_size),
-                f"{r.gpu_memory_utilization:g}",
+                f"{r.gpu_memory_utilization:g}" if r.bounded else "-",  # a diffusion stage ignores it
                 _gib(r.memory.weights_bytes) if r.memory else "-",
                 _gib(r.memory.activation_bytes) if r.memory else "-",
                 _gib(o.kv_cache_bytes) if kv else "-",

@@ -218,7 +218,8 @@ def check_config(pipeline: PipelineSpec, gpus: list[Gpu], version: OmniVersion, 
             memory = calibration.apply(rs.spec.name, memory, rs.tensor_parallel_size)
         steps = round(rs.gpu_memory_utilization * UTIL_RESOLUTION)
         runs.append(StageRun(rs.spec.stage_id, rs.spec.name, rs.spec.has_kv_cache, rs.devices, rs.tensor_parallel_size,
-                             steps, UTIL_RESOLUTION, rs.knobs, memory, rs.kv_pinned_bytes, rs.replicas))
+                             steps, UTIL_RESOLUTION, rs.knobs, memory, rs.kv_pinned_bytes, rs.replicas,
+                             bounded=rs.spec.bounded_by_fraction))
     index = {st.name: i for i, st in enumerate(pipeline.stages)}
     groups = tuple(tuple(index[n] for n in group) for group in exclusive)
     startup = simulate(runs, gpus, upstream=upstream, parallel_init=parallel_init,

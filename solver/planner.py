@@ -325,7 +325,8 @@ def stage_runs(request: Request, problem: Problem, knobs: dict[str, StageKnobs],
     for st, sp, a in zip(request.pipeline.stages, problem.stages, assignments):
         option = sp.options[a.option_index]
         runs.append(StageRun(st.stage_id, st.name, st.has_kv_cache, a.gpus, option.tp, a.util_steps,
-                             problem.resolution, knobs[st.name], option.memory, replicas=a.replicas))
+                             problem.resolution, knobs[st.name], option.memory, replicas=a.replicas,
+                             bounded=st.bounded_by_fraction))
     if request.pin_kv:  # the pinned figure is the KV the fraction gives: the same start-up
         report = simulate(runs, list(request.gpus), upstream=False, parallel_init=True, margin=request.margin_bytes,
                           exclusive_groups=request.exclusive_indices())

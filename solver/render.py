@@ -139,6 +139,10 @@ def status_line(plan: Plan) -> str:
                    "may stop at another plan: raise --time-limit for a proven one")
 
 
+DIFFUSION_UTIL_NOTE = ("a diffusion stage's fraction is what it holds at its largest request, declared for "
+                       "vLLM-Omni's admission (parallel_stage_init); its dense runtime is bounded by no fraction")
+
+
 def header(plan: Plan) -> str:
     """Comment block: tool version, inputs, solver status, per-GPU memory map."""
     lines = [
@@ -179,6 +183,8 @@ def header(plan: Plan) -> str:
             f"requested {_gib(g.requested_bytes)} + outside {_gib(g.outside_bytes)} "
             f"+ margin {_gib(g.margin_bytes)} -> free {_gib(g.free_bytes)}  [{', '.join(g.stages) or '-'}]"
         )
+    if not all(sp.stage.bounded_by_fraction for sp in plan.stages):
+        lines.append(f"Note: {DIFFUSION_UTIL_NOTE}.")
     for sp in plan.stages:
         kv = "no KV cache"
         if sp.stage.has_kv_cache:

@@ -42,6 +42,7 @@ PROBLEM_CODES = {
     "startup-refused": "error",
     "free-memory-capped": "error",
     "load-oom": "error",
+    "diffusion-peak-beyond-free": "error",
     "no-kv-memory": "error",
     "kv-below-max-model-len": "error",
     "gpu-oversubscribed": "error",
@@ -88,6 +89,7 @@ class StageRun:
     memory: StageMemory | None  # None when the stage cannot be modelled (bad layout)
     kv_pinned_bytes: int | None = None  # kv_cache_memory_bytes: vLLM allocates this, sizing nothing
     replicas: int = 1  # devices is the pool: replica r takes devices[r*tp:(r+1)*tp]
+    bounded: bool = True  # False: a diffusion stage, which its fraction neither gates nor bounds
 
     @property
     def gpu_memory_utilization(self) -> float:
@@ -213,7 +215,9 @@ def simulate(
     for members in sets:
         used = {g.index: 0 for g in gpus}
         requested_on = {g.index: 0 for g in gpus}
-        for i in members:
+        # diffusion stages start first, one after another, then the LLM stages (vllm_omni
+        # 0.30.0 engine/stage_runtime.py: the "inline" diffusion groups before the others)
+        for i in sorted(members, key=lambda i: runs[i].bounded):
             run = runs[i]
             if run.memory is None:
                 continue
@@ -285,6 +289,8 @@ def _final_state(gpu: Gpu, used: int, margin: int, names: list[str]) -> list[Che
 def _start_stage(run: StageRun, gpus: list[Gpu], used: dict[int, int], upstream: bool, problems: list) -> tuple[bool, dict[int, int]]:
     """One stage's start-up on each of its GPUs; updates `used` and `problems`; returns
     whether it started and its budget per GPU."""
+    if not run.bounded:
+        return _start_unbounded(run, gpus, used, problems)
     memory, name, util = run.memory, run.name, run.gpu_memory_utilization
     before_snapshot = memory.context_bytes + memory.nccl_bytes
     started = True
@@ -347,6 +353,36 @@ def _start_stage(run: StageRun, gpus: list[Gpu], used: dict[int, int], upstream:
             used[d] += held + memory.graph_reserve_bytes
         else:  # the process exits and frees its context
             used[d] -= before_snapshot
+    return started, budgets
+
+
+def _start_unbounded(run: StageRun, gpus: list[Gpu], used: dict[int, int], problems: list) -> tuple[bool, dict[int, int]]:
+    """A dense diffusion stage: no free-memory check, no budget. It loads its weights and
+    later takes its peak wherever the memory is; beyond what is free, CUDA runs out of
+    memory at load or at its largest request (then that request fails)."""
+    memory, name = run.memory, run.name
+    started = True
+    budgets: dict[int, int] = {}
+    for d in run.devices:
+        free = gpus[d].total_bytes - used[d]
+        holds = memory.inside_bytes + memory.outside_bytes
+        if memory.weights_bytes + memory.context_bytes > free:
+            problems.append(CheckProblem(
+                "load-oom", name, d,
+                f"CUDA out of memory while loading the weights: {_g(memory.weights_bytes)} GiB per rank, "
+                f"{_g(free)} GiB free on cuda:{d}",
+                {"weights_gib": round(memory.weights_bytes / GiB, 2), "free_gib": round(free / GiB, 2)}))
+            started = False
+        elif holds > free:
+            problems.append(CheckProblem(
+                "diffusion-peak-beyond-free", name, d,
+                f"{name}: its largest request needs {_g(holds)} GiB on cuda:{d}, {_g(free)} GiB "
+                "are free when it starts: that request runs out of memory (gpu_memory_utilization does not bound "
+                "a diffusion stage)", {"needed_gib": round(holds / GiB, 2), "free_gib": round(free / GiB, 2)}))
+        budgets[d] = memory.inside_bytes
+    for d in run.devices:
+        if started:
+            used[d] += memory.inside_bytes + memory.outside_bytes
     return started, budgets
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from . import __version__
 from .gpus import local_index, node_names
 from .planner import Plan
-from .render import _devices, _gib, status_line
+from .render import DIFFUSION_UTIL_NOTE, _devices, _gib, status_line
 
 
 def plan_dict(plan: Plan) -> dict[str, Any]:
@@ -133,7 +133,7 @@ def render_table(plan: Plan) -> str:
                 f"{sp.stage.stage_id} {sp.stage.name}",
                 _devices(sp),
                 str(sp.tensor_parallel_size) + (f" x{sp.num_replicas}" if sp.num_replicas > 1 else ""),
-                f"{sp.gpu_memory_utilization:g}",
+                f"{sp.gpu_memory_utilization:g}" + ("" if sp.stage.bounded_by_fraction else "*"),
                 _gib(sp.memory.weights_bytes),
                 _gib(sp.memory.activation_bytes),
                 _gib(sp.kv_cache_bytes) if sp.stage.has_kv_cache else "-",
@@ -145,6 +145,8 @@ def render_table(plan: Plan) -> str:
     out.append(text_table(rows))
     per = "; TP xN: N replicas, KV tokens and headroom summed over them" if any(
         sp.num_replicas > 1 for sp in plan.stages) else ""
+    if not all(sp.stage.bounded_by_fraction for sp in plan.stages):
+        per += f"; util*: {DIFFUSION_UTIL_NOTE}"
     out.append(f"status: {status_line(plan)}; solved in {plan.solve_seconds:.2f} s; memory in GiB per GPU / per rank{per}")
     return "\n".join(out) + "\n"
 

@@ -88,3 +88,61 @@ def test_the_06b_variant_replaces_only_the_talker():
 def test_a_bad_extends_names_the_file_and_the_reason(text, needle):
     with pytest.raises(CatalogError, match=needle):
         load_pipeline_text(text, "variant.yaml")
+
+
+def _check(path, gpus, model="bagel-7b-mot"):
+    from omni_autoconf.configcheck import check_config
+    from omni_autoconf.configfile import read_config
+    from omni_autoconf.gpus import parse_gpus
+
+    return check_config(lookup_model(model), parse_gpus(gpus), omni_version("0.30"), read_config(str(path)))
+
+
+BAGEL = """\
+async_chunk: false
+stages:
+  - {stage_id: 0, devices: "0", gpu_memory_utilization: 0.45, max_num_seqs: 3, max_num_batched_tokens: 32768}
+  - {stage_id: 1, devices: "%s", max_num_seqs: 1, max_num_batched_tokens: 32768, enforce_eager: true}
+"""
+
+
+def test_a_diffusion_stage_is_held_at_its_real_use_whatever_its_fraction(tmp_path):
+    """A dense diffusion stage reads no gpu_memory_utilization: a file that gives none (as
+    the bundled one) and one that gives 0.05 hold the same memory."""
+    plain, tiny = tmp_path / "plain.yaml", tmp_path / "tiny.yaml"
+    plain.write_text(BAGEL % "1")
+    tiny.write_text((BAGEL % "1").replace("enforce_eager: true}", "enforce_eager: true, gpu_memory_utilization: 0.05}"))
+    a, b = _check(plain, "2xA100-80GB"), _check(tiny, "2xA100-80GB")
+    assert a.ok and b.ok
+    dit = lookup_model("bagel-7b-mot").stage("dit")
+    holds = stage_memory(dit, 1, StageKnobs(32768, 1, 32768, True, "auto", False), omni_version("0.30"))
+    assert a.gpus[1].requested_bytes == b.gpus[1].requested_bytes == holds.inside_bytes
+
+
+def test_a_diffusion_peak_beyond_the_free_memory_is_reported(tmp_path):
+    """On a 32 GB card the dit's weights load but its 1024x1024 CFG request does not fit."""
+    path = tmp_path / "dit-alone.yaml"
+    path.write_text(BAGEL % "1")
+    report = _check(path, "1xA100-80GB,1xRTX5090")
+    codes = {(p.code, p.stage) for p in report.problems}
+    assert ("diffusion-peak-beyond-free", "dit") in codes and not report.ok
+
+
+def test_the_dit_starts_before_the_thinker_on_a_shared_gpu(tmp_path):
+    """vLLM-Omni starts diffusion stages first: on one A100 the thinker's fraction meets the
+    dit's memory already resident, and with a fraction of 0.6 it is capped to what is free."""
+    path = tmp_path / "shared.yaml"
+    path.write_text((BAGEL % "0").replace("gpu_memory_utilization: 0.45", "gpu_memory_utilization: 0.6"))
+    report = _check(path, "1xA100-80GB")
+    assert ("free-memory-capped", "thinker") in {(p.code, p.stage) for p in report.problems}
+
+
+def test_the_plan_declares_the_dits_real_use_and_says_what_the_fraction_is():
+    result = _run("--gpus", "1xA100-80GB", "--model", "bagel-7b-mot", "-q")
+    assert result.exit_code == 0, result.stderr
+    doc = yaml.safe_load(result.stdout)
+    dit = lookup_model("bagel-7b-mot").stage("dit")
+    holds = stage_memory(dit, 1, StageKnobs(32768, 1, 32768, True, "auto", False), omni_version("0.30"))
+    util = doc["stages"][1]["gpu_memory_utilization"]
+    assert holds.inside_bytes <= util * 79.14 * GiB < holds.inside_bytes + 0.02 * 79.14 * GiB
+    assert "declared for vLLM-Omni's admission" in result.stdout

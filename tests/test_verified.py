@@ -24,9 +24,10 @@ FILES = {  # catalog model -> its bundled file, legacy (0.14-0.18) and deploy (0
     "qwen3-omni-moe-thinking": (None, "deploy/qwen3_omni_moe_thinking.yaml"),  # bundled from 0.26
     "qwen3-tts-1.7b": (None, "deploy/qwen3_tts.yaml"),  # modelled for 0.30 only
     "qwen3-tts-0.6b": (None, "deploy/qwen3_tts.yaml"),  # the same file serves both sizes
+    "bagel-7b-mot": (None, "deploy/bagel.yaml"),  # "verified on NVIDIA A100 (80GB)"
 }
 VERSIONS = ["0.14", "0.16", "0.18", "0.20", "0.22", "0.24", "0.26", "0.28", "0.30"]
-VERIFIED = re.compile(r"verified on (\d+)x (H100)", re.I)
+VERIFIED = re.compile(r"verified on (?:(\d+)x (H100)|NVIDIA (A100) \(80GB\))", re.I)
 
 
 def _bundled(model: str, version: str):
@@ -43,7 +44,8 @@ def _bundled(model: str, version: str):
     m = VERIFIED.search(head)
     if m is None:
         pytest.skip(f"{path.name} of {version} names no hardware it was verified on")
-    return path, f"{m.group(1)}x{m.group(2)}-80GB"
+    count, name = (m.group(1), m.group(2)) if m.group(2) else ("1", m.group(3))
+    return path, f"{count}x{name}-80GB"
 
 
 @pytest.mark.parametrize("version", VERSIONS)
