@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import Field, ValidationError, model_validator
 
 from .catalog_parts import (  # noqa: F401  (re-exported: the parts are catalog vocabulary)
-    VERSIONS_PATTERN, Component, DeployTopOverlay, DiffusionProfile, EncoderProfile, GenerationProfile, LegacyOverlay, MemoryDefaults,
+    VERSIONS_PATTERN, BatchRule, Component, DeployTopOverlay, DiffusionProfile, EncoderProfile, GenerationProfile, LegacyOverlay, MemoryDefaults,
     Strict, TpEvidence, Transformer, VisionTower,
 )
 from .errors import CatalogError, InputError
@@ -66,6 +66,7 @@ class StageSpec(Strict):
     )
     max_num_seqs_limit: int | None = Field(default=None, ge=1, description="The most requests the model can batch.")
     max_num_seqs_limit_source: str | None = None
+    batch_rule: BatchRule | None = None
     defaults: dict[Schema, MemoryDefaults]
     deploy_fields: dict[str, Any] = Field(default_factory=dict, description="Non-memory keys of a deploy stage.")
     legacy_fields: dict[str, Any] = Field(default_factory=dict, description="Non-memory keys of a stage_args stage.")
@@ -106,6 +107,25 @@ class StageSpec(Strict):
     @property
     def has_kv_cache(self) -> bool:
         return self.role == "autoregressive"
+
+    @property
+    def input_stage_ids(self) -> list[int]:
+        """The stages this one reads from: the legacy engine_input_source, else the deploy
+        file's input_connectors (from_stage_N), as vLLM-Omni's input_sources wire them."""
+        legacy = self.legacy_fields.get("engine_input_source")
+        if legacy:
+            return [int(x) for x in legacy]
+        keys = self.deploy_fields.get("input_connectors") or {}
+        return sorted(int(k[len("from_stage_"):]) for k in keys
+                      if k.startswith("from_stage_") and k[len("from_stage_"):].isdigit())
+
+    def batch_rule_error(self, max_num_batched_tokens: int) -> str | None:
+        """Why this stage cannot take `max_num_batched_tokens` (None: it can)."""
+        rule = self.batch_rule
+        if rule is None or (max_num_batched_tokens >= rule.minimum and max_num_batched_tokens % rule.multiple_of == 0):
+            return None
+        return (f"{self.name}'s max_num_batched_tokens must be a multiple of {rule.multiple_of} and at least "
+                f"{rule.minimum}, not {max_num_batched_tokens} ({rule.source})")
 
     @property
     def bounded_by_fraction(self) -> bool:
@@ -193,8 +213,9 @@ class PipelineSpec(Strict):
             return (f"a stage_args file for {self.name} works on vLLM-Omni {range_text(self.legacy_versions)} only: "
                     f"{self.legacy_versions_source}; use --schema deploy for {version}")
         if schema == "deploy" and not in_range(version, self.deploy_versions):
-            return (f"{self.name} is modelled for vLLM-Omni {range_text(self.deploy_versions)} deploy files only: "
-                    f"{self.deploy_versions_source}; choose another --omni-version")
+            why = f": {self.deploy_versions_source}" if self.deploy_versions_source else ""
+            return (f"{self.name} is modelled for vLLM-Omni {range_text(self.deploy_versions)} deploy files "
+                    f"only{why}; choose another --omni-version")
         return None
 
     def deploy_notes(self, version: str) -> list[str]:

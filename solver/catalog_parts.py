@@ -120,6 +120,9 @@ class GenerationProfile(Strict):
     chunk_frames: int = Field(gt=0, description="Frames decoded at once when chunking.")
     bytes_per_frame: int = Field(gt=0, description="Activation bytes per frame at the peak.")
     whole_batch_when_streaming: bool = False
+    frames_from_batch: bool = Field(
+        default=True, description="False: the peak decode is chunk_frames whatever max_num_batched_tokens is "
+        "(a serving decode sized by the connector's chunks, not by the batch).")
     state_bytes_per_seq: int = Field(
         default=0, ge=0,
         description="Per-request decoder state held for every one of max_num_seqs rows (model-local KV).",
@@ -136,6 +139,14 @@ class DiffusionProfile(Strict):
 
     peak_bytes: int = Field(gt=0, description="Beyond weights: activations, context KV copies, decode, slack.")
     resolution: str = Field(min_length=1, description="The request it is sized for, e.g. 1024x1024 with CFG.")
+    source: str = Field(min_length=1)
+
+
+class BatchRule(Strict):
+    """What a stage's max_num_batched_tokens must be beyond vLLM's own rules."""
+
+    minimum: int = Field(gt=0)
+    multiple_of: int = Field(default=1, gt=0)
     source: str = Field(min_length=1)
 
 

@@ -95,7 +95,7 @@ def workers_option(text: str | None) -> int | None:
 @click.option("--tp", multiple=True, metavar="STAGE=N", help="Fix a stage's tensor_parallel_size (stage name or id).")
 @click.option("--devices", multiple=True, metavar="STAGE=I[,J]", help="Pin a stage to these GPU indices (its TP = their count).")
 @click.option("--enforce-eager", multiple=True, metavar="STAGE=true|false", help="enforce_eager (default: the bundled config's).")
-@click.option("--max-model-len", multiple=True, metavar="[STAGE=]N", help="max_model_len of KV stages (default: the model's maximum position).")
+@click.option("--max-model-len", multiple=True, metavar="[STAGE=]N", help="max_model_len of KV stages (default: the bundled config's, else the model's maximum position).")
 @click.option("--max-num-seqs", multiple=True, metavar="[STAGE=]N", help="max_num_seqs (default: the bundled config's), where the model can batch that many.")
 @click.option("--max-num-batched-tokens", multiple=True, metavar="[STAGE=]N", help="max_num_batched_tokens (default: the bundled config's).")
 @click.option("--min-concurrency", multiple=True, metavar="[STAGE=]N", help="Requests of max_model_len each KV stage must hold (default 1).")

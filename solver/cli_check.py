@@ -76,7 +76,8 @@ def _check(**o) -> int:
                          engine_extras=version.deploy_reads_engine_extras)
     # A version the catalog does not model for this pipeline is refused; a legacy file whose
     # wiring the version lacks is still judged (it is a predicted failure, not bad input).
-    unserved = pipeline.unserved_reason(config.schema, version.name)
+    # A schema the version does not read at all is a predicted failure too (schema-unsupported).
+    unserved = pipeline.unserved_reason(config.schema, version.name) if version.reads(config.schema) else None
     if unserved is not None and (config.schema == "deploy" or pipeline.legacy_versions is None):
         raise InputError(unserved)
     calibration = calibration_option(once(o["calibration"], "--calibration"), pipeline, version, gpus)

@@ -183,6 +183,9 @@ def _engine_problems(rs: ResolvedSetting, version: OmniVersion) -> list[CheckPro
                                   max_num_batched_tokens=k.max_num_batched_tokens, chunked_prefill=rs.chunked_prefill,
                                   kv_cache_dtype=rs.kv_cache_dtype, version=version)
     found = [CheckProblem("engine-config-invalid", rs.spec.name, None, e, {}) for e in errors]
+    rule = rs.spec.batch_rule_error(k.max_num_batched_tokens)
+    if rule is not None:
+        found.append(CheckProblem("engine-config-invalid", rs.spec.name, None, rule, {}))
     if rs.spec.has_kv_cache and k.max_model_len > rs.spec.transformer.max_position:
         # vllm/config/model.py _get_and_verify_max_len (0.14.1-0.30.0). vLLM-Omni 0.20+
         # sets VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 for a stage with max_model_len
@@ -208,6 +211,14 @@ def check_config(pipeline: PipelineSpec, gpus: list[Gpu], version: OmniVersion, 
         problems.append(CheckProblem(
             "schema-unsupported", None, None,
             f"vLLM-Omni {version.name} does not read {config.schema} files (read by {SCHEMA_VERSIONS[config.schema]})"))
+    expected = pipeline.deploy_top_at(version.name).get("pipeline") if config.schema == "deploy" else None
+    if config.pipeline is not None and expected is not None and config.pipeline != expected:
+        # vllm_omni config_factory.py _get_deploy_override_pipe_config: an unregistered key raises
+        problems.append(CheckProblem(
+            "pipeline-key-mismatch", None, None,
+            f"the file names pipeline {config.pipeline!r}; vLLM-Omni {version.name} serves {pipeline.name} as "
+            f"{expected!r} (a key its registry lacks raises KeyError at start-up, another key picks another topology)",
+            {}))
     settings = resolve_settings(pipeline, config, version, gpus)
     runs = []
     for rs in settings:

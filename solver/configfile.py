@@ -51,6 +51,7 @@ class ConfigFile:
     schema: str  # "deploy" or "stage-args"
     stages: tuple[StageSetting, ...]
     async_chunk: bool | None = None  # the file's top-level async_chunk (None: the loader's default)
+    pipeline: str | None = None  # a deploy file's `pipeline:` override (a registry key of vLLM-Omni)
 
 
 def _merge(base: Any, overlay: Any) -> Any:
@@ -276,4 +277,7 @@ def read_config(path: str, platform: str = "cuda", engine_extras: bool = True) -
         # runtime.num_replicas wins over a flat key (vllm_omni 0.22+ _parse_stage_deploy)
         replicas = runtime.get("num_replicas", entry.get("num_replicas"))
         stages.append(_setting(flat, runtime.get("devices", entry.get("devices")), where, replicas))
-    return ConfigFile(path, "deploy", tuple(stages), _boolean(doc.get("async_chunk"), path, "async_chunk"))
+    named = doc.get("pipeline")
+    if named is not None and (not isinstance(named, str) or not named.isprintable() or len(named) > 200):
+        raise InputError(f"{path}: pipeline must be a registry key (one line of text), not {named!r:.80}")
+    return ConfigFile(path, "deploy", tuple(stages), _boolean(doc.get("async_chunk"), path, "async_chunk"), named)

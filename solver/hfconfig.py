@@ -144,14 +144,18 @@ def _refuse_sliding_window(cfg: dict, where: str) -> None:
     which exceeds the full-attention count when max_model_len is short: planning them as
     full attention would promise KV that vLLM does not give."""
     layer_types = cfg.get("layer_types")
-    sliding_layers = isinstance(layer_types, list) and any("sliding" in str(t) for t in layer_types)
+    kinds = sorted({str(t) for t in layer_types if "sliding" in str(t).lower()}) if isinstance(layer_types, list) else []
     window = cfg.get("sliding_window")
     windowed = window not in (None, 0, False) and cfg.get("use_sliding_window", True) is not False
-    if sliding_layers or windowed:
+    layers, first = cfg.get("num_hidden_layers"), cfg.get("max_window_layers")
+    if windowed and isinstance(layers, int) and isinstance(first, int) and first >= layers and not kinds:
+        windowed = False  # Qwen2: layers from max_window_layers on slide (vllm 0.30.0 qwen2.py): none here
+    if kinds or windowed:
+        what = f"layer_types {', '.join(kinds)}" if kinds else f"sliding_window {window!r}"
         raise InputError(
-            f"{where}: sliding-window attention (sliding_window {window!r}) is not modelled yet: vLLM sizes those "
-            "layers' KV per window in a shared pool, which at a short max_model_len takes more than full attention, "
-            "so no plan is given rather than one that promises KV vLLM will not give")
+            f"{where}: sliding-window attention ({what}) is not modelled yet: vLLM sizes those layers' KV per "
+            "window in a shared pool, which at a short max_model_len takes more than full attention, so no plan "
+            "is given rather than one that promises KV vLLM will not give")
 
 
 def one_stage_pipeline(cfg: dict, name: str, where: str = "config.json") -> dict[str, Any]:

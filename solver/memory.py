@@ -57,11 +57,12 @@ class StageMemory:
     kv_bytes_per_token: int  # 0 for stages without a KV cache
     accounting: str = "profile"  # "profile" or "either" (see the module docstring)
     load_buffer_bytes: int = 0  # the part of weights_bytes that is buffers, not checkpoint tensors
+    state_bytes: int = 0  # per-request state allocated while serving (no load figure includes it)
 
     @property
     def inside_bytes(self) -> int:
         """Non-KV memory vLLM-Omni subtracts from the request (the worse reading)."""
-        base = self.weights_bytes + self.non_torch_bytes
+        base = self.weights_bytes + self.non_torch_bytes + self.state_bytes
         if self.accounting == "either":
             scoped = self.persistent_bytes + self.context_bytes + self.nccl_bytes + self.runner_bytes
             return base + max(self.activation_bytes, scoped)
@@ -77,7 +78,7 @@ class StageMemory:
 
     @property
     def overhead_bytes(self) -> int:
-        """Everything that is neither weights, activations nor KV cache."""
+        """Everything that is neither weights, activations nor KV cache (state included)."""
         return self.inside_bytes - self.weights_bytes - self.activation_bytes + self.outside_bytes
 
 
@@ -124,7 +125,9 @@ def activation_peak(stage: StageSpec, tp: int, knobs: StageKnobs, version: OmniV
     if stage.generation_profile is not None:
         gp = stage.generation_profile
         frames = max(1, knobs.max_num_batched_tokens // gp.tokens_per_frame)
-        if not (knobs.async_chunk and gp.whole_batch_when_streaming):
+        if not gp.frames_from_batch:
+            frames = gp.chunk_frames
+        elif not (knobs.async_chunk and gp.whole_batch_when_streaming):
             frames = min(frames, gp.chunk_frames)
         return frames * gp.bytes_per_frame, 0
     terms = profile_terms(stage, tp, knobs.max_model_len, knobs.max_num_seqs, knobs.max_num_batched_tokens, version)
@@ -141,7 +144,7 @@ def stage_memory(stage: StageSpec, tp: int, knobs: StageKnobs, version: OmniVers
     state = gp.state_bytes_per_seq * knobs.max_num_seqs if gp is not None else 0
     peak, persistent = activation_peak(stage, tp, knobs, version)
     return StageMemory(
-        weights_bytes=weights_per_rank(stage, tp, version) + deepstack + state,
+        weights_bytes=weights_per_rank(stage, tp, version) + deepstack,
         activation_bytes=peak,
         persistent_bytes=persistent,
         non_torch_bytes=F.NON_TORCH_BYTES_TP if tp > 1 else F.NON_TORCH_BYTES,
@@ -153,7 +156,8 @@ def stage_memory(stage: StageSpec, tp: int, knobs: StageKnobs, version: OmniVers
         # A stage without KV cache sizes nothing from the measurement: its fraction is only
         # the start-up gate, and what it holds is its profile peak either way.
         accounting=version.kv_accounting if stage.has_kv_cache else "profile",
-        load_buffer_bytes=deepstack + state,
+        load_buffer_bytes=deepstack,
+        state_bytes=state,
     )
 
 

@@ -68,12 +68,8 @@ class HostLayout:
 
 
 def edges(plan: Plan) -> list[tuple[int, int]]:
-    """(from, to) stage ids of the pipeline's data flow (engine_input_source)."""
-    out = []
-    for sp in plan.stages:
-        for source in sp.stage.legacy_fields.get("engine_input_source") or []:
-            out.append((int(source), sp.stage.stage_id))
-    return out
+    """(from, to) stage ids of the pipeline's data flow."""
+    return [(source, sp.stage.stage_id) for sp in plan.stages for source in sp.stage.input_stage_ids]
 
 
 def stage_hosts(plan: Plan) -> dict[int, set[str]]:

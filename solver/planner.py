@@ -159,6 +159,9 @@ def _knob_errors(pipeline: PipelineSpec, st: StageSpec, k: StageKnobs, schema: s
     if st.max_num_seqs_limit is not None and k.max_num_seqs > st.max_num_seqs_limit:
         errors.append(f"{pipeline.name}'s {st.name} batches at most {st.max_num_seqs_limit} request(s) "
                       f"({st.max_num_seqs_limit_source})")
+    rule = st.batch_rule_error(k.max_num_batched_tokens)
+    if rule is not None:
+        errors.append(rule)
     errors += engine_config_errors(
         max_model_len=k.max_model_len, max_num_seqs=k.max_num_seqs, max_num_batched_tokens=k.max_num_batched_tokens,
         chunked_prefill=pipeline.chunked_prefill(st, schema), kv_cache_dtype="auto" if k.kv_cache_dtype == "auto" else "fp8",
@@ -199,7 +202,7 @@ def resolve_request_knobs(request: Request) -> tuple[dict[str, StageKnobs], tupl
                 applied[opt].append(st.name)
         errors = _knob_errors(pipeline, st, k, schema, version)
         if errors:
-            raise InputError(f"{st.name}: vLLM would refuse this stage's engine config: {errors[0]}")
+            raise InputError(f"{st.name}: vLLM or vLLM-Omni would refuse this stage's engine config: {errors[0]}")
         out[st.name] = k
     for opt, stages in applied.items():
         if not stages:

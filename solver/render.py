@@ -255,11 +255,20 @@ def ensure_renderable(request: Request) -> None:
             "headless stages ignore the connectors (run_headless passes async_chunk=False to "
             "get_stage_connector_spec, vllm_omni/entrypoints/cli/serve.py), 0.20's single-stage mode runs no LLM "
             "replicas and 0.18 has no headless mode. Plan one host per pipeline for older versions")
+    if len(hosts) > 1 and not all(st.bounded_by_fraction for st in pipeline.stages):
+        raise InputError(
+            f"a plan of {pipeline.name} over {len(hosts)} hosts is not written: its diffusion stage receives the "
+            "thinker's KV cache over the connector, which is not modelled across hosts; plan one host")
     if len(hosts) > 1 and schema != "deploy":
         raise InputError(f"a plan over {len(hosts)} hosts is written in the deploy schema: use --schema deploy")
     reason = pipeline.unserved_reason(schema, v.name)
     if reason is not None:
         raise InputError(reason)
+
+
+def _stage_number(key: str, prefix: str) -> int | None:
+    tail = key[len(prefix):] if key.startswith(prefix) else ""
+    return int(tail) if tail.isdigit() else None
 
 
 def render_deploy(plan: Plan, layout=None) -> str:
@@ -296,6 +305,10 @@ def render_deploy(plan: Plan, layout=None) -> str:
                     planned = {"num_replicas": layout.replicas[sid], **planned}
             if sid in layout.inputs:
                 catalog["input_connectors"] = {**(catalog.get("input_connectors") or {}), **layout.inputs[sid]}
+            if catalog.get("output_connectors"):  # both ends of an edge must name one connector type
+                catalog["output_connectors"] = {  # (vllm_omni 0.30.0 distributed/omni_connectors/utils/initialization.py)
+                    key: layout.inputs.get(_stage_number(key, "to_stage_"), {}).get(f"from_stage_{sid}", ref)
+                    for key, ref in catalog["output_connectors"].items()}
         stages.append(with_planned(head, planned, {**catalog, **extras}))
     doc["stages"] = stages
     note = "" if layout is None else (HEAD_FILE_NOTE if layout.head else HOST_FILE_NOTE).format(node=layout.node)

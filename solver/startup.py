@@ -33,6 +33,7 @@ from .vllm_facts import GiB
 # warning means it starts, but with less than the plan's safety margin.
 PROBLEM_CODES = {
     "schema-unsupported": "error",
+    "pipeline-key-mismatch": "error",
     "device-layout-invalid": "error",
     "unknown-device": "error",
     "tp-mismatch": "error",

@@ -35,6 +35,8 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         "gap": round(plan.gap, 6),
         "notes": list(plan.notes),
         "option_notes": list(plan.option_notes),
+        "version_notes": plan.request.pipeline.deploy_notes(plan.request.version.name)
+        if plan.request.schema == "deploy" else [],
         "solve_seconds": round(plan.solve_seconds, 3),
         "objective_min_kv_requests": round(plan.min_kv_requests, 4),
         "untested_tp": [sp.stage.name for sp in plan.stages

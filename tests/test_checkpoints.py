@@ -260,6 +260,9 @@ def test_a_stage_cast_at_load_is_planned_at_the_loaded_size_and_says_so(tmp_path
     ({"model_type": "mistral", "sliding_window": 4096}, True),                # every layer slides
     ({"model_type": "qwen2", "sliding_window": 131072, "use_sliding_window": False}, False),  # Qwen2: off
     ({"model_type": "mistral", "sliding_window": None}, False),
+    ({"model_type": "x", "layer_types": ["SLIDING_ATTENTION", "full_attention"]}, True),  # any spelling
+    ({"model_type": "qwen2", "sliding_window": 4096, "use_sliding_window": True, "max_window_layers": 2}, False),
+    ({"model_type": "qwen2", "sliding_window": 4096, "use_sliding_window": True, "max_window_layers": 1}, True),
 ])
 def test_sliding_window_layers_are_refused_not_planned_as_full_attention(tmp_path, extra, refused):
     root, _ = llama_dir(tmp_path)
@@ -267,7 +270,7 @@ def test_sliding_window_layers_are_refused_not_planned_as_full_attention(tmp_pat
     (root / "config.json").write_text(json.dumps({**cfg, **extra}))
     result = CliRunner().invoke(main, ["--gpus", "1xH100-80GB", "--model", str(root), "--max-model-len", "8192", "-q"])
     if refused:
-        assert result.exit_code == 2 and "sliding-window attention" in result.stderr
+        assert result.exit_code == 2 and "sliding-window attention" in result.stderr and "None" not in result.stderr
         assert len(result.stderr.strip().splitlines()) == 1
     else:
         assert result.exit_code == 0, result.stderr

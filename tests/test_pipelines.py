@@ -67,7 +67,9 @@ def test_code2wav_holds_its_decoder_state_per_request():
     v = omni_version("0.30")
     few, many = (stage_memory(code2wav, 1, StageKnobs(65536, n, 65536, False, "auto", True), v) for n in (1, 64))
     row = 2 * 8 * 16 * 64 * 71 * 2  # K and V, 8 layers, 16 heads of 64, 71 positions, bf16
-    assert many.weights_bytes - few.weights_bytes == 63 * 2 * row
+    assert many.state_bytes - few.state_bytes == 63 * 2 * row
+    assert many.weights_bytes == few.weights_bytes  # allocated while serving: no load figure holds it
+    assert many.inside_bytes - few.inside_bytes == 63 * 2 * row
     assert few.kv_bytes_per_token == 0
 
 
@@ -146,3 +148,74 @@ def test_the_plan_declares_the_dits_real_use_and_says_what_the_fraction_is():
     util = doc["stages"][1]["gpu_memory_utilization"]
     assert holds.inside_bytes <= util * 79.14 * GiB < holds.inside_bytes + 0.02 * 79.14 * GiB
     assert "declared for vLLM-Omni's admission" in result.stdout
+
+
+def test_a_tts_plan_over_two_hosts_wires_both_ends_of_each_edge_to_one_cross_host_connector(tmp_path):
+    """vLLM-Omni registers an edge from both ends and refuses two connector types for one
+    edge (vllm_omni 0.30.0 distributed/omni_connectors/utils/initialization.py)."""
+    out = tmp_path / "plan"
+    result = _run("--nodes", "2", "--gpus", "2xH100-80GB", "--model", "qwen3-tts-1.7b", "-o", str(out), "-q")
+    assert result.exit_code == 0, result.stderr
+    files = sorted(out.glob("*.yaml"))
+    assert len(files) == 3
+    for path in files:
+        doc = yaml.safe_load(path.read_text())
+        names = {key: spec["name"] for key, spec in doc["connectors"].items()}
+        ends = {}
+        for st in doc["stages"]:
+            for key, ref in (st.get("output_connectors") or {}).items():
+                ends.setdefault((st["stage_id"], int(key.removeprefix("to_stage_"))), set()).add(names[ref])
+            for key, ref in (st.get("input_connectors") or {}).items():
+                ends.setdefault((int(key.removeprefix("from_stage_")), st["stage_id"]), set()).add(names[ref])
+        assert ends == {(0, 1): {"MooncakeStoreConnector"}}, path.name
+
+
+def test_a_diffusion_pipeline_over_two_hosts_is_refused():
+    result = _run("--nodes", "2", "--gpus", "1xA100-80GB", "--model", "bagel-7b-mot", "-q")
+    assert result.exit_code == 2 and "diffusion stage" in result.stderr
+
+
+@pytest.mark.parametrize("value, ok", [("code2wav=1552", True), ("code2wav=1000", False), ("code2wav=1024", False)])
+def test_code2wav_takes_only_batches_its_codec_chunks_allow(value, ok):
+    result = _run("--gpus", "1xRTX4090", "--model", "qwen3-tts-1.7b", "--max-num-batched-tokens", value, "-q")
+    assert (result.exit_code == 0) == ok
+    if not ok:
+        assert "multiple of 16 and at least 1552" in result.stderr
+
+
+def test_a_global_batch_below_code2wavs_floor_skips_it_and_keeps_its_peak():
+    small = _run("--gpus", "1xRTX4090", "--model", "qwen3-tts-1.7b", "--max-num-batched-tokens", "512",
+                 "--format", "json", "-q")
+    default = _run("--gpus", "1xRTX4090", "--model", "qwen3-tts-1.7b", "--format", "json", "-q")
+    import json
+
+    a, b = json.loads(small.stdout), json.loads(default.stdout)
+    assert any("not applied to code2wav" in n for n in a["option_notes"])
+    peaks = [{s["name"]: s["activation_bytes"] for s in d["stages"]}["code2wav"] for d in (a, b)]
+    assert peaks[0] == peaks[1] > 0
+
+
+def test_check_names_a_pipeline_key_the_version_does_not_serve(tmp_path):
+    path = tmp_path / "thinking.yaml"
+    path.write_text("pipeline: qwen3_omni_moe_thinker_only\nstages:\n"
+                    "  - {stage_id: 0, devices: '0,1', tensor_parallel_size: 2, gpu_memory_utilization: 0.9,"
+                    " max_num_seqs: 1, enforce_eager: true}\n")
+    codes = {v: {p.code for p in _check_at(path, "2xH100-80GB", "qwen3-omni-moe-thinking", v).problems}
+             for v in ("0.26", "0.30")}
+    assert "pipeline-key-mismatch" in codes["0.26"] and "pipeline-key-mismatch" not in codes["0.30"]
+
+
+def test_check_of_a_deploy_file_on_a_version_without_deploy_files_is_a_predicted_failure():
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parent.parent / "examples" / "qwen3-omni-moe.2xH100-80GB.deploy.yaml"
+    result = _run("check", "--gpus", "2xH100-80GB", "--model", "qwen3-omni-moe", "--omni-version", "0.18", str(example))
+    assert result.exit_code == 1 and "schema-unsupported" in result.stdout + result.stderr
+
+
+def _check_at(path, gpus, model, version):
+    from omni_autoconf.configcheck import check_config
+    from omni_autoconf.configfile import read_config
+    from omni_autoconf.gpus import parse_gpus
+
+    return check_config(lookup_model(model), parse_gpus(gpus), omni_version(version), read_config(str(path)))
