@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
@@ -21,6 +21,9 @@ from .catalog_parts import (  # noqa: F401  (re-exported: the parts are catalog 
 )
 from .errors import CatalogError, InputError
 from .vllm_facts import in_range, range_text
+
+if TYPE_CHECKING:
+    from .vllm_facts import OmniVersion as OmniVersionLike
 from .yamlio import parse_mapping
 
 Schema = Literal["deploy", "stage-args"]
@@ -201,21 +204,29 @@ class PipelineSpec(Strict):
             top.setdefault(key, value)
         return top
 
+    def judged_reason(self, schema: str, version: OmniVersionLike) -> str | None:
+        """Why a `schema` file of this pipeline cannot be judged (check, calibrate) on
+        `version`, or None. A schema the version does not read, and a legacy file whose
+        wiring the version lacks, are judged: their failure is the prediction."""
+        if not version.reads(schema):
+            return None
+        reason = self.unserved_reason(schema, version.name)
+        return reason if reason is not None and (schema == "deploy" or self.legacy_versions is None) else None
+
     def unserved_reason(self, schema: str, version: str) -> str | None:
         """Why no `schema` file of this pipeline is planned or checked for `version`, or None."""
         if schema == "stage-args" and self.legacy_versions is None:
-            fix = ("use --schema deploy" if in_range(version, self.deploy_versions) else
-                   f"choose --omni-version {self.deploy_versions.partition('-')[0]} or later" if "-" in self.deploy_versions
-                   else f"choose --omni-version {self.deploy_versions}")
+            fix = "use --schema deploy" if in_range(version, self.deploy_versions) else \
+                f"choose --omni-version {self.deploy_versions.partition('-')[0]}"
             return (f"no stage_args file is planned for {self.name}: {self.legacy_versions_source}; {fix} "
                     f"(deploy files, vLLM-Omni {range_text(self.deploy_versions)})")
         if schema == "stage-args" and not in_range(version, self.legacy_versions):
             return (f"a stage_args file for {self.name} works on vLLM-Omni {range_text(self.legacy_versions)} only: "
                     f"{self.legacy_versions_source}; use --schema deploy for {version}")
         if schema == "deploy" and not in_range(version, self.deploy_versions):
-            why = f": {self.deploy_versions_source}" if self.deploy_versions_source else ""
-            return (f"{self.name} is modelled for vLLM-Omni {range_text(self.deploy_versions)} deploy files "
-                    f"only{why}; choose another --omni-version")
+            why = f" ({self.deploy_versions_source})" if self.deploy_versions_source else ""
+            return (f"{self.name} is modelled for vLLM-Omni {range_text(self.deploy_versions)} only{why}; "
+                    f"choose --omni-version {self.deploy_versions.partition('-')[0]}")
         return None
 
     def deploy_notes(self, version: str) -> list[str]:

@@ -274,13 +274,16 @@ def list_gpus() -> None:
 def list_models() -> None:
     """List the model catalog with each pipeline's stages and tested TP degrees."""
     from .catalog import model_catalog
+    from .vllm_facts import range_text
 
     width = max(len(name) for name in model_catalog())
     for spec in model_catalog().values():
         stages = " -> ".join(
             f"{s.name} (TP {'/'.join(map(str, s.tested_tp_degrees(NEWEST_OMNI_VERSION)))})" for s in spec.stages
         )
-        click.echo(f"{spec.name:<{width}}  {spec.hf_id}: {stages}")
+        served = f"deploy {range_text(spec.deploy_versions)}" + (
+            f", stage_args {range_text(spec.legacy_versions)}" if spec.legacy_versions else "")
+        click.echo(f"{spec.name:<{width}}  {spec.hf_id}: {stages}  [{served}]")
 
 
 def _register() -> None:

@@ -55,6 +55,9 @@ def _calibrate(**o) -> int:
     gpus = list(gpus_option(gpus_text, hosts=False))
     config = read_config(config_path, once(o["platform"], "--platform", "cuda"),
                          engine_extras=version.deploy_reads_engine_extras)
+    unjudged = pipeline.judged_reason(config.schema, version)
+    if unjudged is not None:  # as check: no calibration for a version the catalog does not model
+        raise InputError(unjudged)
     settings = resolve_settings(pipeline, config, version, gpus)
     memories = {rs.spec.name: stage_memory(rs.spec, rs.tensor_parallel_size, rs.knobs, version) for rs in settings}
     text = "\n".join(read_text(p) for p in o["logs"])

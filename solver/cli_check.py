@@ -74,12 +74,9 @@ def _check(**o) -> int:
     check_output_path(output)
     config = read_config(o["config"], once(o["platform"], "--platform", "cuda"),
                          engine_extras=version.deploy_reads_engine_extras)
-    # A version the catalog does not model for this pipeline is refused; a legacy file whose
-    # wiring the version lacks is still judged (it is a predicted failure, not bad input).
-    # A schema the version does not read at all is a predicted failure too (schema-unsupported).
-    unserved = pipeline.unserved_reason(config.schema, version.name) if version.reads(config.schema) else None
-    if unserved is not None and (config.schema == "deploy" or pipeline.legacy_versions is None):
-        raise InputError(unserved)
+    unjudged = pipeline.judged_reason(config.schema, version)
+    if unjudged is not None:  # a version the catalog does not model for this pipeline
+        raise InputError(unjudged)
     calibration = calibration_option(once(o["calibration"], "--calibration"), pipeline, version, gpus)
     report = check_config(pipeline, list(gpus), version, config, upstream=True if o["upstream"] else None,
                           parallel_init=o["parallel_init"], buffer_bytes=int(buffer_gib * GiB), exclusive=exclusive,

@@ -32,6 +32,11 @@ _OMNI = {"qwen3_omni_moe": lambda cfg: "qwen3-omni-moe" if cfg.get("enable_audio
          "qwen2_5_omni": lambda cfg: "qwen2.5-omni-3b" if _thinker_hidden(cfg) == 2048 else "qwen2.5-omni-7b"}
 
 
+# catalog pipelines whose checkpoint directories are not read yet (the Qwen3-TTS codec sits
+# in speech_tokenizer/, BAGEL's VAE in ae.safetensors beside the main shards)
+_CATALOG_ONLY = {"qwen3_tts": "qwen3-tts-1.7b or qwen3-tts-0.6b", "bagel": "bagel-7b-mot"}
+
+
 @dataclass(frozen=True)
 class ModelSource:
     pipeline: PipelineSpec
@@ -68,6 +73,9 @@ def from_checkpoint(ckpt: Checkpoint, reference: str) -> ModelSource:
         base = load_pipeline_text(text, filename, config=cfg if lookup_model(name).config else None)
     elif any(str(a).endswith("ForCausalLM") for a in _names(cfg.get("architectures"))) or "num_hidden_layers" in cfg:
         base = pipeline_from_config(cfg, reference, where=f"{reference}/config.json")
+    elif model_type in _CATALOG_ONLY:
+        raise InputError(f"{reference}: a {model_type} directory is not read yet (its weights sit in more than one "
+                         f"folder); plan it by its catalog name: --model {_CATALOG_ONLY[model_type]}")
     else:
         raise InputError(f"{reference}: config.json model_type {model_type!r} is no pipeline this tool covers")
     return exact_weights(base, ckpt, reference)

@@ -31,9 +31,9 @@ def test_the_thinker_alone_names_the_pipeline_each_version_registers(version, ke
 
 
 @pytest.mark.parametrize("model, version, schema, needle", [
-    ("qwen3-omni-moe-thinking", "0.24", None, "choose --omni-version 0.26 or later"),
+    ("qwen3-omni-moe-thinking", "0.24", None, "choose --omni-version 0.26 (deploy files"),
     ("qwen3-omni-moe-thinking", "0.26", "stage-args", "use --schema deploy"),
-    ("qwen3-tts-1.7b", "0.28", None, "modelled for vLLM-Omni 0.30 deploy files only"),
+    ("qwen3-tts-1.7b", "0.28", None, "modelled for vLLM-Omni 0.30 only"),
     ("qwen3-tts-0.6b", "0.22", None, "choose --omni-version 0.30"),
 ])
 def test_a_version_the_catalog_does_not_model_is_refused_in_one_line(model, version, schema, needle):
@@ -219,3 +219,27 @@ def _check_at(path, gpus, model, version):
     from omni_autoconf.gpus import parse_gpus
 
     return check_config(lookup_model(model), parse_gpus(gpus), omni_version(version), read_config(str(path)))
+
+
+def test_check_and_calibrate_refuse_a_version_the_catalog_does_not_model(tmp_path):
+    path = tmp_path / "tts.yaml"
+    path.write_text("stages:\n  - {stage_id: 0, devices: '0', gpu_memory_utilization: 0.3}\n"
+                    "  - {stage_id: 1, devices: '0', gpu_memory_utilization: 0.3}\n")
+    log = tmp_path / "start.log"
+    log.write_text("INFO [gpu_model_runner.py:1] Model loading took 3.87 GiB memory and 20.1 seconds\n")
+    common = ["--gpus", "1xH100-80GB", "--model", "qwen3-tts-1.7b", "--omni-version", "0.28"]
+    for args in (["check", str(path), *common], ["calibrate", "--config", str(path), *common, str(log)]):
+        result = _run(*args)
+        assert result.exit_code == 2 and "choose --omni-version 0.30" in result.stderr, args
+
+
+def test_a_qwen3_tts_directory_points_to_its_catalog_names(tmp_path):
+    import json
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen3_tts",
+                                                      "architectures": ["Qwen3TTSForConditionalGeneration"]}))
+    from test_checkpoints import write_safetensors
+
+    write_safetensors(tmp_path / "model.safetensors", {"talker.model.norm.weight": ("BF16", [2048])})
+    result = _run("--gpus", "1xRTX4090", "--model", str(tmp_path), "-q")
+    assert result.exit_code == 2 and "--model qwen3-tts-1.7b or qwen3-tts-0.6b" in result.stderr
