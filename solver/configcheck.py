@@ -16,7 +16,8 @@ from .engine_checks import engine_config_errors
 from .errors import InputError
 from .gpus import Gpu
 from .memory import StageKnobs, stage_memory
-from .startup import CheckProblem, StageRun, StartupReport, margin_bytes, simulate
+from .problems import CheckProblem
+from .startup import StageRun, StartupReport, margin_bytes, simulate
 from .vllm_facts import OmniVersion, SCHEMA_VERSIONS
 
 UTIL_RESOLUTION = 10**6  # a file's gpu_memory_utilization, read to 6 decimals

@@ -5,8 +5,9 @@ here before it is returned), so the two cannot disagree. The CP-SAT model (cpsat
 encodes the same rules as linear constraints.
 
 For every co-resident set of stages (residency.py; all stages unless --exclusive says
-otherwise), stages start one after another in stage order (vllm-omni 0.30.0 wheel,
-vllm_omni/config/omni_config.py: parallel_stage_init defaults to False). For each
+otherwise), stages start one after another, diffusion stages first, then the others in
+stage order (vllm-omni 0.30.0 wheel, vllm_omni/config/omni_config.py: parallel_stage_init
+defaults to False; engine/stage_runtime.py starts the diffusion groups first). For each
 stage, on each of its GPUs: its CUDA context (and, from vLLM 0.11, NCCL) exists before
 the free-memory snapshot; then requested = ceil(total x util) is checked against free
 memory (§2): upstream vLLM refuses to start, vLLM-Omni 0.24+ caps the request to what is
@@ -14,66 +15,23 @@ free and the stage silently gets less KV. The weights must load into what is fre
 vLLM's own checks: no memory for cache blocks, or not enough for one request of
 max_model_len. A started stage then holds its whole budget plus what lies outside it
 (context, NCCL, CUDA graphs). A generation stage is held to its budget too: its fraction
-is the only bound vLLM puts on it, and counting less would be the optimistic error.
+is the only bound vLLM puts on it, and counting less would be the optimistic error. A dense
+diffusion stage has no fraction at all: it is held at what it holds at its largest request.
 Once all are up, each GPU must keep the margin free (vLLM-Omni's 2 GiB admission reserve
 plus --buffer), and with `parallel_init`, vLLM-Omni's admission rule (§4) holds first.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from . import vllm_facts as F
 from .gpus import Gpu
 from .memory import StageKnobs, StageMemory, kv_tokens, requested_bytes, tokens_needed
+from .problems import CheckProblem
+from .problems import gib_text as _g
 from .residency import resident_sets
 from .vllm_facts import GiB
-
-# Problem codes, with their severity: an error means the stage (or the GPU) fails; a
-# warning means it starts, but with less than the plan's safety margin.
-PROBLEM_CODES = {
-    "schema-unsupported": "error",
-    "pipeline-key-mismatch": "error",
-    "device-layout-invalid": "error",
-    "unknown-device": "error",
-    "tp-mismatch": "error",
-    "tp-not-divisible": "error",
-    "engine-config-invalid": "error",
-    "admission-exceeded": "error",
-    "startup-refused": "error",
-    "free-memory-capped": "error",
-    "load-oom": "error",
-    "diffusion-peak-beyond-free": "error",
-    "no-kv-memory": "error",
-    "kv-below-max-model-len": "error",
-    "gpu-oversubscribed": "error",
-    "fraction-below-usage": "warning",
-    "pinned-kv-beyond-fraction": "warning",
-    "beyond-max-position": "warning",
-    "below-margin": "warning",
-}
-
-
-def _g(nbytes: float) -> str:
-    return f"{nbytes / GiB:.2f}"  # vLLM's format_gib
-
-
-@dataclass(frozen=True)
-class CheckProblem:
-    code: str
-    stage: str | None
-    gpu: int | None
-    message: str
-    numbers: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def severity(self) -> str:
-        return PROBLEM_CODES[self.code]
-
-    def as_dict(self) -> dict:
-        return {"code": self.code, "severity": self.severity, "stage": self.stage, "gpu": self.gpu,
-                "message": self.message, "numbers": self.numbers}
-
 
 @dataclass(frozen=True)
 class StageRun:
