@@ -10,7 +10,13 @@ X.Y runs on (vllm-omni code comments "align with v0.14.0", "vllm 0.20 rebase", "
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .vllm_facts import OmniVersion, in_range
+
+if TYPE_CHECKING:
+    from .catalog import PipelineSpec, StageSpec
+    from .memory import StageKnobs
 
 # vllm/config/cache.py CacheDType (0.30.0: line 39), the kv_cache_dtype strings vLLM
 # accepts, by the version that added them. "fp16", "half" and "int8" never were.
@@ -70,4 +76,23 @@ def engine_config_errors(
     if kv_cache_dtype not in allowed:
         shown = ", ".join(repr(d) for d in allowed)
         errors.append(f"kv_cache_dtype: Input should be {shown} [type=literal_error, input_value={kv_cache_dtype!r}]")
+    return errors
+
+
+def stage_knob_errors(pipeline: PipelineSpec, st: StageSpec, k: StageKnobs, schema: str,
+                      version: OmniVersion) -> list[str]:
+    """Why vLLM or the model would refuse these knobs for this stage (empty: accepted)."""
+    errors = []
+    if st.has_kv_cache and k.max_model_len > st.transformer.max_position:
+        errors.append(f"max_model_len {k.max_model_len} exceeds the model's maximum position {st.transformer.max_position}")
+    if st.max_num_seqs_limit is not None and k.max_num_seqs > st.max_num_seqs_limit:
+        errors.append(f"{pipeline.name}'s {st.name} batches at most {st.max_num_seqs_limit} request(s) "
+                      f"({st.max_num_seqs_limit_source})")
+    rule = st.batch_rule_error(k.max_num_batched_tokens)
+    if rule is not None:
+        errors.append(rule)
+    errors += engine_config_errors(
+        max_model_len=k.max_model_len, max_num_seqs=k.max_num_seqs, max_num_batched_tokens=k.max_num_batched_tokens,
+        chunked_prefill=pipeline.chunked_prefill(st, schema), kv_cache_dtype="auto" if k.kv_cache_dtype == "auto" else "fp8",
+        version=version)
     return errors

@@ -14,7 +14,7 @@ from . import cpsat, defaults as D, explain
 from .catalog import PipelineSpec, StageSpec
 from .errors import InputError, NoPlanError
 from .gpus import Gpu
-from .engine_checks import engine_config_errors
+from .engine_checks import stage_knob_errors
 from .memory import KvCacheDtype, StageKnobs, StageMemory, resolve_knobs, stage_memory
 from .problem import Problem, StageProblem, TpOption
 from .startup import GpuOutcome, StageRun, StartupReport, margin_bytes, simulate
@@ -151,24 +151,6 @@ def allowed_tp_degrees(st: StageSpec, request: Request) -> list[int]:
 GLOBAL_OPTIONS = ("max_model_len", "max_num_seqs", "max_num_batched_tokens")
 
 
-def _knob_errors(pipeline: PipelineSpec, st: StageSpec, k: StageKnobs, schema: str, version: OmniVersion) -> list[str]:
-    """Why vLLM or the model would refuse these knobs for this stage (empty: accepted)."""
-    errors = []
-    if st.has_kv_cache and k.max_model_len > st.transformer.max_position:
-        errors.append(f"max_model_len {k.max_model_len} exceeds the model's maximum position {st.transformer.max_position}")
-    if st.max_num_seqs_limit is not None and k.max_num_seqs > st.max_num_seqs_limit:
-        errors.append(f"{pipeline.name}'s {st.name} batches at most {st.max_num_seqs_limit} request(s) "
-                      f"({st.max_num_seqs_limit_source})")
-    rule = st.batch_rule_error(k.max_num_batched_tokens)
-    if rule is not None:
-        errors.append(rule)
-    errors += engine_config_errors(
-        max_model_len=k.max_model_len, max_num_seqs=k.max_num_seqs, max_num_batched_tokens=k.max_num_batched_tokens,
-        chunked_prefill=pipeline.chunked_prefill(st, schema), kv_cache_dtype="auto" if k.kv_cache_dtype == "auto" else "fp8",
-        version=version)
-    return errors
-
-
 def resolve_request_knobs(request: Request) -> tuple[dict[str, StageKnobs], tuple[str, ...]]:
     """Per-stage knobs of a request, and notes on global options that skip a stage.
 
@@ -192,7 +174,7 @@ def resolve_request_knobs(request: Request) -> tuple[dict[str, StageKnobs], tupl
             if opt == "max_model_len" and not st.has_kv_cache:
                 continue  # a stage without KV cache has no max_model_len of its own
             trial = replace(k, **{opt: request.global_values[opt]})
-            errors = _knob_errors(pipeline, st, trial, schema, version)
+            errors = stage_knob_errors(pipeline, st, trial, schema, version)
             if errors:
                 flag = "--" + opt.replace("_", "-")
                 notes.append(f"{flag} {request.global_values[opt]} not applied to {st.name}: {errors[0]}")
@@ -200,7 +182,7 @@ def resolve_request_knobs(request: Request) -> tuple[dict[str, StageKnobs], tupl
             else:
                 k = trial
                 applied[opt].append(st.name)
-        errors = _knob_errors(pipeline, st, k, schema, version)
+        errors = stage_knob_errors(pipeline, st, k, schema, version)
         if errors:
             raise InputError(f"{st.name}: vLLM or vLLM-Omni would refuse this stage's engine config: {errors[0]}")
         out[st.name] = k
