@@ -19,7 +19,7 @@ from . import vllm_facts as F
 from .catalog import lookup_model, pipeline_from_config
 from .errors import InputError
 from .gpus import lookup_gpu
-from .memory import StageKnobs, kv_bytes_per_token, kv_tokens, stage_memory
+from .memory import StageKnobs, kv_tokens, stage_memory
 from .vllm_facts import GiB, OMNI_VERSIONS, OmniVersion
 from .yamlio import parse_json
 
@@ -183,7 +183,7 @@ def _predict(index: int, source: str, model: str, entry: dict) -> EntryResult:
     knobs = StageKnobs(mml, seqs, tokens, bool(entry.get("enforce_eager")), kv_dtype,
                        async_chunk=omni is not None)
     memory = stage_memory(spec, tp, knobs, version)
-    bpt = kv_bytes_per_token(spec, tp, kv_dtype)
+    bpt = memory.kv_bytes_per_token  # with sliding-window layers, the effective figure of a max_model_len request
     predicted: dict[str, float | None] = {"model_loading_gib": round(memory.weights_bytes / GiB, 4),
                                           "kv_bytes_per_token": bpt}
     util = _number(entry.get("gpu_memory_utilization"))

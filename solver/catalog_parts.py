@@ -67,10 +67,16 @@ class Transformer(Strict):
         description="MLA: values of the one latent cached per token and layer (kv_lora_rank + qk_rope_head_dim; "
         "DeepSeek-V2/V3: 576), the same on every TP rank. 0: K and V per head.",
     )
+    sliding_window: int = Field(default=0, ge=0, description="Tokens a sliding-window layer attends to.")
+    sliding_layers: int = Field(default=0, ge=0, description="How many layers slide (hybrid_kv.py sizes their KV).")
     source: str = Field(min_length=1)
 
     @model_validator(mode="after")
     def _moe_fields(self) -> "Transformer":
+        if self.sliding_layers > self.num_layers or (self.sliding_layers > 0) != (self.sliding_window > 0):
+            raise ValueError("sliding_layers (at most num_layers) and sliding_window go together")
+        if self.sliding_layers and self.kv_latent_dim:
+            raise ValueError("sliding-window layers with an MLA latent are not modelled")
         if self.mlp == "moe" and self.num_experts_per_tok < 1:
             raise ValueError("num_experts_per_tok must be >= 1 for an MoE MLP")
         if self.num_heads % self.num_kv_heads:

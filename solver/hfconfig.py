@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from .errors import CatalogError, InputError
+from .hybrid_kv import sliding_layout
 
 _DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "half": "float16", "float32": "float32", "float": "float32"}
 
@@ -135,37 +136,19 @@ def section(cfg: dict, path: str, where: str) -> dict:
     return node
 
 
-def _refuse_sliding_window(cfg: dict, where: str) -> None:
-    """Sliding-window layers are not modelled: refuse them rather than plan them as full
-    attention. vLLM 0.26+ gives each sliding layer group cdiv(min(window - 1 + 2 x
-    max_num_batched_tokens, max_model_len), block) + 1 blocks per request, from one pool
-    padded to equal groups (vllm 0.30.0 v1/kv_cache_interface.py SlidingWindowSpec
-    max_memory_usage_bytes, v1/core/kv_cache_utils.py get_kv_cache_config_from_groups),
-    which exceeds the full-attention count when max_model_len is short: planning them as
-    full attention would promise KV that vLLM does not give."""
-    layer_types = cfg.get("layer_types")
-    kinds = sorted({str(t) for t in layer_types if "sliding" in str(t).lower()}) if isinstance(layer_types, list) else []
-    window = cfg.get("sliding_window")
-    windowed = window not in (None, 0, False) and cfg.get("use_sliding_window", True) is not False
-    layers, first = cfg.get("num_hidden_layers"), cfg.get("max_window_layers")
-    if windowed and isinstance(layers, int) and isinstance(first, int) and first >= layers and not kinds:
-        windowed = False  # Qwen2: layers from max_window_layers on slide (vllm 0.30.0 qwen2.py): none here
-    if kinds or windowed:
-        what = f"layer_types {', '.join(kinds)}" if kinds else f"sliding_window {window!r}"
-        raise InputError(
-            f"{where}: sliding-window attention ({what}) is not modelled yet: vLLM sizes those layers' KV per "
-            "window in a shared pool, which at a short max_model_len takes more than full attention, so no plan "
-            "is given rather than one that promises KV vLLM will not give")
-
-
 def one_stage_pipeline(cfg: dict, name: str, where: str = "config.json") -> dict[str, Any]:
     """The catalog data of a one-stage pipeline for the decoder LLM that `cfg` (a
     config.json) describes; catalog.pipeline_from_config validates it."""
     if not isinstance(cfg, dict):
         raise InputError(f"{where}: expected a JSON object")
+    top = cfg
     cfg = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) and "num_hidden_layers" not in cfg else cfg
-    _refuse_sliding_window(cfg, where)
+    for key in ("vision_config", "audio_config"):
+        if isinstance(top.get(key), dict):
+            raise InputError(f"{where}: a multimodal model ({key}) is not modelled as a one-stage LLM: its encoder's "
+                             "profile run would be left out of the plan")
     linear, replicated, _, geometry = _layer_params(cfg, where)
+    window, sliding = sliding_layout(cfg, geometry["num_layers"], where)
     vocab = _int(cfg, where, "vocab_size")
     hidden = geometry["hidden_size"]
     embeddings = vocab * hidden * (1 if cfg.get("tie_word_embeddings") else 2)
@@ -192,6 +175,7 @@ def one_stage_pipeline(cfg: dict, name: str, where: str = "config.json") -> dict
              "source": f"{source}: RMSNorm weights and MoE routers, replicated on every rank"},
         ],
         "transformer": {**geometry, "vocab_size": vocab, "max_position": max_position(cfg),
+                        "sliding_window": window, "sliding_layers": sliding,
                         "qk_norm": str(cfg.get("model_type", "")).startswith("qwen3"), "source": source},
         "tp_degrees": degrees,
         "tp_tested": [{"tp": d, "versions": "0.12-", "source": "vLLM serves a decoder LLM at any TP degree that divides "

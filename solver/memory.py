@@ -24,6 +24,7 @@ from typing import Literal
 from . import vllm_facts as F
 from .catalog import DTYPE_BYTES, PipelineSpec, StageSpec
 from .errors import InputError
+from .hybrid_kv import hybrid_bytes_per_token
 from .profile import profile_terms
 from .vllm_facts import OmniVersion, in_range
 
@@ -101,10 +102,13 @@ def weights_per_rank(stage: StageSpec, tp: int, version: OmniVersion) -> int:
     return int(total)
 
 
-def kv_bytes_per_token(stage: StageSpec, tp: int, kv_cache_dtype: KvCacheDtype = "auto") -> int:
+def kv_bytes_per_token(stage: StageSpec, tp: int, kv_cache_dtype: KvCacheDtype = "auto",
+                       knobs: StageKnobs | None = None) -> int:
     """KV bytes per token on one rank: K and V of the rank's KV heads per layer (heads are
     replicated when there are fewer KV heads than ranks), or for MLA one latent per layer
-    that every rank holds whole (vLLM's MLAAttentionSpec, vllm/v1/kv_cache_interface.py)."""
+    that every rank holds whole (vLLM's MLAAttentionSpec, vllm/v1/kv_cache_interface.py).
+    With sliding-window layers, the effective figure of a request of knobs.max_model_len
+    (hybrid_kv.py); without knobs, every layer counted as full attention."""
     if not stage.has_kv_cache:
         return 0
     t = stage.transformer
@@ -112,7 +116,11 @@ def kv_bytes_per_token(stage: StageSpec, tp: int, kv_cache_dtype: KvCacheDtype =
     if t.kv_latent_dim:
         return t.num_layers * t.kv_latent_dim * elem
     kv_heads_per_rank = max(1, t.num_kv_heads // tp)
-    return t.num_layers * 2 * kv_heads_per_rank * t.head_dim * elem
+    layer = 2 * kv_heads_per_rank * t.head_dim * elem
+    if t.sliding_layers and knobs is not None:
+        return hybrid_bytes_per_token(layer, t.num_layers, t.sliding_layers, t.sliding_window,
+                                      knobs.max_model_len, knobs.max_num_batched_tokens)
+    return t.num_layers * layer
 
 
 def activation_peak(stage: StageSpec, tp: int, knobs: StageKnobs, version: OmniVersion) -> tuple[int, int]:
@@ -152,7 +160,7 @@ def stage_memory(stage: StageSpec, tp: int, knobs: StageKnobs, version: OmniVers
         nccl_bytes=F.NCCL_BYTES_PER_RANK if tp > 1 and version.snapshot_after_nccl else 0,
         runner_bytes=int(knobs.max_num_batched_tokens * hidden * elem),
         graph_reserve_bytes=F.GRAPH_RESERVE_BYTES if graphs else 0,
-        kv_bytes_per_token=kv_bytes_per_token(stage, tp, knobs.kv_cache_dtype),
+        kv_bytes_per_token=kv_bytes_per_token(stage, tp, knobs.kv_cache_dtype, knobs),
         # A stage without KV cache sizes nothing from the measurement: its fraction is only
         # the start-up gate, and what it holds is its profile peak either way.
         accounting=version.kv_accounting if stage.has_kv_cache else "profile",

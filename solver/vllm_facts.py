@@ -23,6 +23,13 @@ MiB = 1 << 20
 # DEFAULT_BLOCK_SIZE = 16)
 BLOCK_SIZE_TOKENS = 16
 
+# Tokens in flight that a sliding-window layer keeps beyond its window, in batches of
+# max_num_batched_tokens: max_concurrent_batches, 2 with async scheduling (on by default)
+# and the V1 runner at pipeline parallel 1 (vllm 0.30.0 config/vllm.py max_in_flight_tokens,
+# used by v1/kv_cache_interface.py SlidingWindowSpec from 0.26). vLLM up to 0.24 counted one
+# batch: 2 errs high (more blocks per request) there.
+SLIDING_WINDOW_IN_FLIGHT_BATCHES = 2
+
 # CUDA context + cuBLAS handles of one process on one GPU, outside the fraction because
 # the snapshot is taken after they exist (vllm 0.14.1-0.30.0 wheels, vllm/v1/worker/
 # gpu_worker.py init_device). ~0.3-0.6 GiB per process is an estimate (no public source

@@ -254,23 +254,35 @@ def test_a_stage_cast_at_load_is_planned_at_the_loaded_size_and_says_so(tmp_path
     assert {s["name"]: s["weights_bytes"] for s in data["stages"]}["code2wav"] == 400_000_000 * 4
 
 
-@pytest.mark.parametrize("extra, refused", [
-    ({"model_type": "gemma3_text", "sliding_window": 1024,
-      "layer_types": ["sliding_attention"] * 5 + ["full_attention"]}, True),   # Gemma 3: 5 sliding : 1 full
-    ({"model_type": "mistral", "sliding_window": 4096}, True),                # every layer slides
-    ({"model_type": "qwen2", "sliding_window": 131072, "use_sliding_window": False}, False),  # Qwen2: off
-    ({"model_type": "mistral", "sliding_window": None}, False),
-    ({"model_type": "x", "layer_types": ["SLIDING_ATTENTION", "full_attention"]}, True),  # any spelling
-    ({"model_type": "qwen2", "sliding_window": 4096, "use_sliding_window": True, "max_window_layers": 2}, False),
-    ({"model_type": "qwen2", "sliding_window": 4096, "use_sliding_window": True, "max_window_layers": 1}, True),
-])
-def test_sliding_window_layers_are_refused_not_planned_as_full_attention(tmp_path, extra, refused):
+def _llm_with(tmp_path, **extra) -> Path:
     root, _ = llama_dir(tmp_path)
     cfg = json.loads((root / "config.json").read_text())
     (root / "config.json").write_text(json.dumps({**cfg, **extra}))
-    result = CliRunner().invoke(main, ["--gpus", "1xH100-80GB", "--model", str(root), "--max-model-len", "8192", "-q"])
-    if refused:
-        assert result.exit_code == 2 and "sliding-window attention" in result.stderr and "None" not in result.stderr
-        assert len(result.stderr.strip().splitlines()) == 1
-    else:
-        assert result.exit_code == 0, result.stderr
+    return root
+
+
+@pytest.mark.parametrize("extra, sliding", [
+    ({"model_type": "gemma3_text", "sliding_window": 1024}, 2),            # Gemma 3 default: full every 6th: 2 - 0
+    ({"model_type": "gemma3_text", "sliding_window": 1024, "sliding_window_pattern": 2}, 1),
+    ({"model_type": "x", "sliding_window": 64, "layer_types": ["SLIDING_ATTENTION", "full_attention"]}, 1),
+    ({"model_type": "mistral", "sliding_window": 4096}, 2),                # every layer slides
+    ({"model_type": "gpt_oss", "sliding_window": 128}, 1),                 # even layers
+    ({"model_type": "qwen2", "sliding_window": 131072, "use_sliding_window": False}, 0),
+    ({"model_type": "qwen2", "sliding_window": 4096, "use_sliding_window": True, "max_window_layers": 2}, 0),
+    ({"model_type": "mistral", "sliding_window": None}, 0),
+])
+def test_the_sliding_layers_are_read_as_vllm_reads_them(tmp_path, extra, sliding):
+    t = resolve(str(_llm_with(tmp_path, **extra))).pipeline.stages[0].transformer
+    assert t.sliding_layers == sliding and (t.sliding_window > 0) == (sliding > 0)
+
+
+def test_a_qwen2_config_sliding_on_some_layers_is_refused_as_vllm_refuses_it(tmp_path):
+    root = _llm_with(tmp_path, model_type="qwen2", sliding_window=4096, use_sliding_window=True, max_window_layers=1)
+    result = CliRunner().invoke(main, ["--gpus", "1xH100-80GB", "--model", str(root), "-q"])
+    assert result.exit_code == 2 and "max_window_layers" in result.stderr
+
+
+def test_a_multimodal_config_is_refused_as_a_one_stage_llm(tmp_path):
+    root = _llm_with(tmp_path, vision_config={"hidden_size": 1152})
+    result = CliRunner().invoke(main, ["--gpus", "1xH100-80GB", "--model", str(root), "-q"])
+    assert result.exit_code == 2 and "multimodal" in result.stderr
