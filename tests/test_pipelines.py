@@ -243,3 +243,9 @@ def test_a_qwen3_tts_directory_points_to_its_catalog_names(tmp_path):
     write_safetensors(tmp_path / "model.safetensors", {"talker.model.norm.weight": ("BF16", [2048])})
     result = _run("--gpus", "1xRTX4090", "--model", str(tmp_path), "-q")
     assert result.exit_code == 2 and "--model qwen3-tts-1.7b or qwen3-tts-0.6b" in result.stderr
+
+
+def test_bagel_think_mode_is_bagel_with_its_own_pipeline_key():
+    think, plain = lookup_model("bagel-7b-mot-think"), lookup_model("bagel-7b-mot")
+    assert think.stages == plain.stages
+    assert think.deploy_top_at("0.30")["pipeline"] == "bagel_think" and "pipeline" not in plain.deploy_top_at("0.30")
