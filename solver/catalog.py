@@ -175,6 +175,8 @@ class PipelineSpec(Strict):
     checkpoint_prefixes: dict[str, list[str]] = Field(
         default_factory=dict, description="Per stage, the tensor-name prefixes of its weights in the checkpoint."
     )
+    checkpoint_subfolders: list[str] = Field(
+        default_factory=list, description="Folders of the checkpoint with shards of their own (tensors named SUB/...).")
     sources: dict[str, str] = Field(default_factory=dict, description="Citations used by the fields.")
 
     @model_validator(mode="after")

@@ -41,6 +41,12 @@ class Component(Strict):
     tensor_prefix: str | None = Field(
         default=None, description="The checkpoint tensors of this block (e.g. thinker.audio_tower.)."
     )
+    cast_at_load: bool = Field(
+        default=False, description="Its float tensors are loaded in the block's dtype, whatever they are stored in "
+        "(the Qwen3-TTS codec, stored in fp32, runs in bf16).")
+    in_checkpoint: bool = Field(
+        default=True, description="False: memory built at load, not read from the checkpoint (a buffer, graph "
+        "tensors, a logged residual); a checkpoint's exact weights keep it as it is.")
     source: str = Field(min_length=1, description="Where the count comes from.")
 
 

@@ -102,7 +102,28 @@ def read_local(directory: str) -> Checkpoint:
     config_path = root / "config.json"
     if not config_path.is_file():
         raise InputError(f"{config_path}: missing; a model directory needs its config.json")
-    config = _json(config_path)
+    return Checkpoint(str(root), _json(config_path), tuple(_shard_tensors(root, directory)))
+
+
+def with_subfolders(ckpt: Checkpoint, subfolders: list[str]) -> Checkpoint:
+    """`ckpt` with the tensors of its subfolders' shards too, named `SUB/tensor` (the
+    Qwen3-TTS codec sits in speech_tokenizer/). Only a local directory has them here."""
+    if not subfolders:
+        return ckpt
+    root = Path(ckpt.source)
+    if not root.is_dir():
+        raise InputError(f"{ckpt.source}: its weights sit in {', '.join(s + '/' for s in subfolders)} as well, which "
+                         "the Hub's header-only call does not reach: pass a local model directory")
+    extra: list[Tensor] = []
+    for sub in subfolders:
+        folder = root / sub
+        if not folder.is_dir():
+            raise InputError(f"{folder}: missing; this model keeps part of its weights there")
+        extra += [Tensor(f"{sub}/{t.name}", t.dtype, t.nbytes) for t in _shard_tensors(folder, str(folder))]
+    return Checkpoint(ckpt.source, ckpt.config, ckpt.tensors + tuple(extra))
+
+
+def _shard_tensors(root: Path, directory: str) -> list[Tensor]:
     index = root / "model.safetensors.index.json"
     if index.is_file():
         weight_map = _json(index).get("weight_map")
@@ -123,7 +144,7 @@ def read_local(directory: str) -> Checkpoint:
         if not path.is_file():
             raise InputError(f"{path}: named by {index.name} but missing")
         tensors += _header(path)
-    return Checkpoint(str(root), config, tuple(tensors))
+    return tensors
 
 
 def read_hub(repo_id: str) -> Checkpoint:

@@ -16,8 +16,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .catalog import PipelineSpec, catalog_text, load_pipeline_text, lookup_model, model_catalog, pipeline_from_config
-from .checkpoint import Checkpoint, looks_like_hub_id, read_hub, read_local
+from .catalog import (DTYPE_BYTES, PipelineSpec, catalog_text, load_pipeline_text, lookup_model, model_catalog,
+                      pipeline_from_config)
+from .checkpoint import Checkpoint, looks_like_hub_id, read_hub, read_local, with_subfolders
 from .errors import InputError
 
 # safetensors dtype -> bytes per element (https://huggingface.co/docs/safetensors)
@@ -29,12 +30,14 @@ _REPLICATED = re.compile(r"(norm|\.gate\.weight$|router)")
 # vllm_omni/model_executor/models/qwen3_omni/pipeline.py resolve_qwen3_omni_pipeline)
 _OMNI = {"qwen3_omni_moe": lambda cfg: "qwen3-omni-moe" if cfg.get("enable_audio_output", True)
          else "qwen3-omni-moe-thinking",
+         "qwen3_tts": lambda cfg: "qwen3-tts-0.6b" if (cfg.get("talker_config") or {}).get("hidden_size") == 1024
+         else "qwen3-tts-1.7b",
          "qwen2_5_omni": lambda cfg: "qwen2.5-omni-3b" if _thinker_hidden(cfg) == 2048 else "qwen2.5-omni-7b"}
 
 
-# catalog pipelines whose checkpoint directories are not read yet (the Qwen3-TTS codec sits
-# in speech_tokenizer/, BAGEL's VAE in ae.safetensors beside the main shards)
-_CATALOG_ONLY = {"qwen3_tts": "qwen3-tts-1.7b or qwen3-tts-0.6b", "bagel": "bagel-7b-mot"}
+# catalog pipelines whose checkpoint directories are not read yet (BAGEL's VAE sits in
+# ae.safetensors beside its shards, and both stages load tensors of one prefix)
+_CATALOG_ONLY = {"bagel": "bagel-7b-mot"}
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,7 @@ def from_checkpoint(ckpt: Checkpoint, reference: str) -> ModelSource:
         name = _OMNI[model_type](cfg)
         text, filename = catalog_text(name)
         base = load_pipeline_text(text, filename, config=cfg if lookup_model(name).config else None)
+        ckpt = with_subfolders(ckpt, base.checkpoint_subfolders)
     elif any(str(a).endswith("ForCausalLM") for a in _names(cfg.get("architectures"))) or "num_hidden_layers" in cfg:
         base = pipeline_from_config(cfg, reference, where=f"{reference}/config.json")
     elif model_type in _CATALOG_ONLY:
@@ -123,10 +127,15 @@ def _components(st, tensors, ckpt: Checkpoint):
         if elem is None:
             raise InputError(f"{ckpt.source}: tensor {t.name} has dtype {t.dtype}, which safetensors does not define")
         size = t.nbytes
+        owner = next((c for c in prefixed if t.name.startswith(c.tensor_prefix)), None)
         if load_elem and elem in (2,) and t.dtype in ("BF16", "F16"):
             size = t.nbytes // elem * load_elem
             cast = t.dtype
-        owner = next((c for c in prefixed if t.name.startswith(c.tensor_prefix)), None)
+        elif owner is not None and owner.cast_at_load and t.dtype in ("F32", "BF16", "F16"):
+            loaded = int(DTYPE_BYTES[owner.dtype or st.dtype])
+            if loaded != elem:
+                size = t.nbytes // elem * loaded
+                cast = t.dtype
         key = owner.name if owner else ("norms_and_routers" if _REPLICATED.search(t.name) else "linear")
         prev = groups.get(key, (owner, 0))
         groups[key] = (owner, prev[1] + size)
@@ -136,10 +145,12 @@ def _components(st, tensors, ckpt: Checkpoint):
                 "source": f"{ckpt.source}: stored tensor sizes from the safetensors headers"}
         if owner is not None:
             base.update(sharding=owner.sharding, split_versions=owner.split_versions, split_divides=owner.split_divides,
-                        only_if=owner.only_if, tensor_prefix=owner.tensor_prefix)
+                        only_if=owner.only_if, tensor_prefix=owner.tensor_prefix, cast_at_load=owner.cast_at_load)
         else:
             base["sharding"] = "replicated" if key == "norms_and_routers" else "tp"
         out.append(Component.model_validate(base))
+    # memory built at load, not read from the checkpoint (buffers, graph tensors): kept as it is
+    out += [c for c in st.components if not c.in_checkpoint]
     # components of other stages' tensors this stage also loads (the talker built the thinker's encoders)
     for c in st.components:
         if c.tensor_prefix and c.only_if and c.name not in groups:

@@ -233,19 +233,53 @@ def test_check_and_calibrate_refuse_a_version_the_catalog_does_not_model(tmp_pat
         assert result.exit_code == 2 and "choose --omni-version 0.30" in result.stderr, args
 
 
-def test_a_qwen3_tts_directory_points_to_its_catalog_names(tmp_path):
-    import json
-
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen3_tts",
-                                                      "architectures": ["Qwen3TTSForConditionalGeneration"]}))
-    from test_checkpoints import write_safetensors
-
-    write_safetensors(tmp_path / "model.safetensors", {"talker.model.norm.weight": ("BF16", [2048])})
-    result = _run("--gpus", "1xRTX4090", "--model", str(tmp_path), "-q")
-    assert result.exit_code == 2 and "--model qwen3-tts-1.7b or qwen3-tts-0.6b" in result.stderr
-
-
 def test_bagel_think_mode_is_bagel_with_its_own_pipeline_key():
     think, plain = lookup_model("bagel-7b-mot-think"), lookup_model("bagel-7b-mot")
     assert think.stages == plain.stages
     assert think.deploy_top_at("0.30")["pipeline"] == "bagel_think" and "pipeline" not in plain.deploy_top_at("0.30")
+
+
+def test_a_qwen3_tts_directory_plans_with_its_headers_and_the_codec_cast_to_bf16(tmp_path):
+    """The codec sits in speech_tokenizer/, stored in fp32: the talker loads its encoder and
+    code2wav its decoder, both cast to bf16; what is built at load (the stacked codec
+    embeddings, the decoder's graph tensors, the logged residual) is kept from the catalog."""
+    import json
+
+    from test_checkpoints import ELEMENT, write_safetensors
+
+    root = tmp_path / "Qwen3-TTS-12Hz-1.7B-Base"
+    (root / "speech_tokenizer").mkdir(parents=True)
+    (root / "config.json").write_text(json.dumps({"model_type": "qwen3_tts", "talker_config": {"hidden_size": 2048}}))
+    main_tensors = {"talker.model.layers.weight": ("BF16", [1_400_000_000]), "talker.model.norm.weight": ("BF16", [2048]),
+                    "talker.code_predictor.weight": ("BF16", [175_000_000]), "speaker_encoder.weight": ("BF16", [9_000_000])}
+    codec = {"encoder.weight": ("F32", [50_000_000]), "decoder.weight": ("F32", [114_000_000])}
+    write_safetensors(root / "model.safetensors", main_tensors)
+    write_safetensors(root / "speech_tokenizer" / "model.safetensors", codec)
+
+    def nbytes(spec):
+        dtype, shape = spec
+        n = ELEMENT[dtype]
+        for d in shape:
+            n *= d
+        return n
+
+    result = _run("--gpus", "1xRTX4090", "--model", str(root), "--format", "json", "-q")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    weights = {s["name"]: s["weights_bytes"] for s in data["stages"]}
+    catalog = {c.name: c for st in lookup_model("qwen3-tts-1.7b").stages for c in st.components}
+    built = catalog["stacked_codec_embed"].params * 2 + catalog["logged_residual"].params
+    assert weights["talker"] == sum(map(nbytes, main_tensors.values())) + nbytes(codec["encoder.weight"]) // 2 + built
+    assert weights["code2wav"] == nbytes(codec["decoder.weight"]) // 2 + catalog["decoder_graph_tensors"].params
+    assert any("loaded as" in n or "loaded" in n for n in data["model_notes"]), data["model_notes"]
+
+
+def test_a_qwen3_tts_directory_without_its_codec_folder_names_it(tmp_path):
+    import json
+
+    from test_checkpoints import write_safetensors
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "qwen3_tts"}))
+    write_safetensors(tmp_path / "model.safetensors", {"talker.model.norm.weight": ("BF16", [2048])})
+    result = _run("--gpus", "1xRTX4090", "--model", str(tmp_path), "-q")
+    assert result.exit_code == 2 and "speech_tokenizer: missing" in result.stderr
