@@ -97,8 +97,21 @@ class EncoderProfile(Strict):
     patches_per_token: int = Field(gt=0, description="Encoder positions per decoder token (spatial merge^2).")
     hidden_size: int = Field(gt=0)
     intermediate_size: int = Field(gt=0)
+    item_budget_tokens: int = Field(
+        default=0, ge=0, description="Set: the profile encodes max(max_num_batched_tokens, this) // this items "
+        "(vllm/multimodal/encoder_budget.py), each of item_tokens decoder tokens; budget_tokens is then unused.")
+    item_tokens: int = Field(default=0, ge=0)
+    score_heads: int = Field(
+        default=0, ge=0, description="Set: each item's attention scores (heads x positions^2, and their softmax) "
+        "are materialised, as SDPA's math path does with a float mask.")
     only_if: VersionFlag | None = None
     source: str = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _items(self) -> "EncoderProfile":
+        if (self.item_budget_tokens > 0) != (self.item_tokens > 0):
+            raise ValueError("item_budget_tokens and item_tokens go together")
+        return self
 
 
 class VisionTower(Strict):

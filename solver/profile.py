@@ -141,9 +141,16 @@ def profile_terms(stage: StageSpec, tp: int, max_model_len: int, max_num_seqs: i
     elif stage.encoder_profile is not None and (stage.encoder_profile.only_if is None
                                                 or getattr(version, stage.encoder_profile.only_if)):
         ep = stage.encoder_profile  # an estimate where the tower is not yet derived (Qwen2.5-Omni)
-        patches = ep.budget_tokens * ep.patches_per_token
+        budget, items = ep.budget_tokens, 1
+        if ep.item_budget_tokens:
+            items = max(tokens, ep.item_budget_tokens) // ep.item_budget_tokens
+            budget = items * ep.item_tokens
+        patches = budget * ep.patches_per_token
         enc = int(patches * (ep.intermediate_size + 2 * ep.hidden_size) * elem)
-        enc_out = int(ep.budget_tokens * t.hidden_size * elem)
+        if ep.score_heads:  # scores and their softmax, per item: heads x positions^2
+            positions = patches // items
+            enc += int(2 * items * ep.score_heads * positions * positions * elem)
+        enc_out = int(budget * t.hidden_size * elem)
     dec = decoder_peak(stage, tp, tokens)
     work = moe_workspace(stage, tp, tokens, version.vllm)
     rows = min(max_num_seqs, tokens)

@@ -283,3 +283,29 @@ def test_a_qwen3_tts_directory_without_its_codec_folder_names_it(tmp_path):
     write_safetensors(tmp_path / "model.safetensors", {"talker.model.norm.weight": ("BF16", [2048])})
     result = _run("--gpus", "1xRTX4090", "--model", str(tmp_path), "-q")
     assert result.exit_code == 2 and "speech_tokenizer: missing" in result.stderr
+
+
+@pytest.mark.parametrize("version, starts", [("0.28", False), ("0.30", True)])
+def test_step_audio_2_on_one_l4_fails_at_07_and_starts_at_08_as_its_ci_did(version, starts):
+    """vLLM-Omni's weekly CI ran step_audio2_ci.yaml (TP 1, util 0.7, max_model_len 1024) on one
+    L4: "Model loading took 15.59 GiB", "Available KV cache memory: 0.0 GiB", "No available
+    memory for the cache blocks" (https://github.com/vllm-project/vllm-omni/issues/6836); the
+    fix raised util to 0.8 (https://github.com/vllm-project/vllm-omni/pull/6839), the 0.30 file."""
+    from wheels import wheel_root
+
+    path = wheel_root(version) / "vllm_omni" / "deploy" / "step_audio2_ci.yaml"
+    report = _check_at(path, "1xL4", "step-audio-2-mini-asr", version)
+    assert report.ok == starts, [p.message for p in report.problems]
+    if not starts:
+        assert {p.code for p in report.errors} == {"no-kv-memory"}
+    (stage,) = report.stages
+    assert stage.run.memory.weights_bytes >= 15.59 * GiB
+
+
+def test_the_step_audio_encoder_profile_grows_with_the_batch_it_is_given():
+    """max_num_batched_tokens // 250 items of 25 s audio are encoded at once."""
+    thinker = lookup_model("step-audio-2-mini-asr").stage("thinker")
+    v = omni_version("0.30")
+    peaks = [stage_memory(thinker, 1, StageKnobs(16384, 1, n, True, "auto", False), v).activation_bytes
+             for n in (1024, 2048, 8192)]
+    assert peaks[0] < peaks[1] < peaks[2]

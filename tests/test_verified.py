@@ -25,9 +25,10 @@ FILES = {  # catalog model -> its bundled file, legacy (0.14-0.18) and deploy (0
     "qwen3-tts-1.7b": (None, "deploy/qwen3_tts.yaml"),  # modelled for 0.30 only
     "qwen3-tts-0.6b": (None, "deploy/qwen3_tts.yaml"),  # the same file serves both sizes
     "bagel-7b-mot": (None, "deploy/bagel.yaml"),  # "verified on NVIDIA A100 (80GB)"
+    "step-audio-2-mini-asr": (None, "deploy/step_audio2_ci.yaml"),  # "validated here on 1x H100-80GB"
 }
 VERSIONS = ["0.14", "0.16", "0.18", "0.20", "0.22", "0.24", "0.26", "0.28", "0.30"]
-VERIFIED = re.compile(r"verified on (?:(\d+)x (H100)|NVIDIA (A100) \(80GB\))", re.I)
+VERIFIED = re.compile(r"(?:verified|validated here) on (?:(\d+)x (H100)|NVIDIA (A100) \(80GB\))", re.I)
 
 
 def _bundled(model: str, version: str):
