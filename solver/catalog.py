@@ -171,6 +171,9 @@ class PipelineSpec(Strict):
     )
     deploy_versions_source: str | None = None
     deploy_top_overlays: list[DeployTopOverlay] = Field(default_factory=list)
+    registry_key: str | None = Field(
+        default=None, description="The key vLLM-Omni's pipeline registry resolves this model to (a file's "
+        "`pipeline:` naming another is another topology, or none).")
     config: str | None = Field(default=None, description="The model's config.json shipped beside this file.")
     checkpoint_prefixes: dict[str, list[str]] = Field(
         default_factory=dict, description="Per stage, the tensor-name prefixes of its weights in the checkpoint."

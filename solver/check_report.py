@@ -45,7 +45,9 @@ def check_dict(report: CheckReport) -> dict[str, Any]:
                 "num_replicas": o.run.replicas,
                 "replica_kv_cache_tokens": list(o.replica_kv_tokens),
                 "tensor_parallel_size": o.run.tensor_parallel_size,
-                "gpu_memory_utilization": o.run.gpu_memory_utilization,
+                # a diffusion stage that declares none has none (its runtime reads none)
+                "gpu_memory_utilization": o.run.gpu_memory_utilization if o.run.bounded or o.run.util_steps else None,
+                "bounded_by_fraction": o.run.bounded,
                 "started": o.started,
                 "requested_bytes": o.requested_bytes,
                 "budget_bytes_per_gpu": {str(d): b for d, b in sorted(o.budget_bytes_per_gpu.items())},

@@ -56,7 +56,9 @@ def _calibrate(**o) -> int:
     config = read_config(config_path, once(o["platform"], "--platform", "cuda"),
                          engine_extras=version.deploy_reads_engine_extras)
     unjudged = pipeline.judged_reason(config.schema, version)
-    if unjudged is not None:  # as check: no calibration for a version the catalog does not model
+    if unjudged is None and not version.reads(config.schema):
+        unjudged = f"vLLM-Omni {version.name} does not read {config.schema} files: no start-up to calibrate from"
+    if unjudged is not None:  # as check, and a start-up that cannot have happened
         raise InputError(unjudged)
     settings = resolve_settings(pipeline, config, version, gpus)
     memories = {rs.spec.name: stage_memory(rs.spec, rs.tensor_parallel_size, rs.knobs, version) for rs in settings}

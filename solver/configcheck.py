@@ -87,8 +87,8 @@ def resolve_settings(pipeline: PipelineSpec, config: ConfigFile, version: OmniVe
         replicas = st.num_replicas or 1
         devices, layout_error = split_replicas(st.devices, replicas, tp, spec.stage_id, version)
         util = st.gpu_memory_utilization
-        if util is None:
-            util = F.default_gpu_memory_utilization(version.vllm)
+        if util is None:  # a diffusion stage without one declares nothing (its runtime reads none)
+            util = F.default_gpu_memory_utilization(version.vllm) if spec.bounded_by_fraction else 0.0
         # A file that leaves it out gets vLLM's default: on for decoder models
         # (vllm/engine/arg_utils.py _set_default_chunked_prefill_and_prefix_caching_args).
         chunked = True if st.enable_chunked_prefill is None else st.enable_chunked_prefill
@@ -106,6 +106,7 @@ def resolve_settings(pipeline: PipelineSpec, config: ConfigFile, version: OmniVe
             enforce_eager=bool(st.enforce_eager),
             kv_cache_dtype="fp8" if kv_text.startswith("fp8") else "auto",
             async_chunk=streaming,
+            hybrid_kv=not st.disable_hybrid_kv_cache_manager,
         )
         out.append(ResolvedSetting(spec, devices, tp, util, knobs, kv_text, chunked,
                                    st.devices is not None, st.tensor_parallel_size is not None,
@@ -212,7 +213,8 @@ def check_config(pipeline: PipelineSpec, gpus: list[Gpu], version: OmniVersion, 
         problems.append(CheckProblem(
             "schema-unsupported", None, None,
             f"vLLM-Omni {version.name} does not read {config.schema} files (read by {SCHEMA_VERSIONS[config.schema]})"))
-    expected = pipeline.deploy_top_at(version.name).get("pipeline") if config.schema == "deploy" else None
+    expected = (pipeline.deploy_top_at(version.name).get("pipeline") or pipeline.registry_key
+                if config.schema == "deploy" else None)
     if config.pipeline is not None and expected is not None and config.pipeline != expected:
         # vllm_omni config_factory.py _get_deploy_override_pipe_config: an unregistered key raises
         problems.append(CheckProblem(
@@ -231,7 +233,7 @@ def check_config(pipeline: PipelineSpec, gpus: list[Gpu], version: OmniVersion, 
         steps = round(rs.gpu_memory_utilization * UTIL_RESOLUTION)
         runs.append(StageRun(rs.spec.stage_id, rs.spec.name, rs.spec.has_kv_cache, rs.devices, rs.tensor_parallel_size,
                              steps, UTIL_RESOLUTION, rs.knobs, memory, rs.kv_pinned_bytes, rs.replicas,
-                             bounded=rs.spec.bounded_by_fraction))
+                             bounded=rs.spec.bounded_by_fraction, vllm=version.vllm))
     index = {st.name: i for i, st in enumerate(pipeline.stages)}
     groups = tuple(tuple(index[n] for n in group) for group in exclusive)
     startup = simulate(runs, gpus, upstream=upstream, parallel_init=parallel_init,

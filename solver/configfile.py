@@ -43,6 +43,7 @@ class StageSetting:
     enable_prefix_caching: bool | None = None
     kv_cache_memory_bytes: int | None = None
     num_replicas: int | None = None
+    disable_hybrid_kv_cache_manager: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -216,6 +217,8 @@ def _setting(flat: dict, devices: Any, where: str, replicas: Any = None) -> Stag
         enable_prefix_caching=_boolean(flat.get("enable_prefix_caching"), where, "enable_prefix_caching"),
         kv_cache_memory_bytes=_integer(flat.get("kv_cache_memory_bytes"), where, "kv_cache_memory_bytes", low=0) or None,
         num_replicas=_integer(replicas, where, "num_replicas"),
+        disable_hybrid_kv_cache_manager=_boolean(flat.get("disable_hybrid_kv_cache_manager"), where,
+                                                 "disable_hybrid_kv_cache_manager"),
     )
 
 

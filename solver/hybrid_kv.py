@@ -3,15 +3,17 @@ max_model_len takes when they share vLLM's hybrid pool with full-attention layer
 
 vLLM 0.26-0.30 (hybrid KV cache manager, on by default) puts full and sliding layers in
 separate groups of `G` layers (G = the smaller layer count, or the larger one when the two
-are within 1.5x; vllm 0.30.0 v1/core/kv_cache_utils.py _get_kv_cache_groups_uniform_page_size)
-that share one pool of blocks of G pages each (get_kv_cache_config_from_groups). A request
-takes cdiv(L, block) blocks in each full group and cdiv(min(window - 1 + in-flight tokens,
-L), block) + 1 in each sliding group (v1/kv_cache_interface.py SlidingWindowSpec
-max_memory_usage_bytes). Block 0 is the null block, which the 0.30 start-up check keeps
-back (kv_cache_utils.py get_kv_cache_configs). The planner works in bytes per token, so
-these are folded into one effective figure for a request of max_model_len: never below
-what vLLM takes (the null block is charged to every request, the floor of the block count
-to none)."""
+are within 1.5x, 1.25x before vLLM 0.18; vllm 0.30.0 v1/core/kv_cache_utils.py
+_get_kv_cache_groups_uniform_page_size) that share one pool of blocks of G pages each
+(get_kv_cache_config_from_groups). A request takes cdiv(L, block) blocks in each full group
+and cdiv(min(window - 1 + in-flight tokens, L), block) + 1 in each sliding group
+(v1/kv_cache_interface.py SlidingWindowSpec max_memory_usage_bytes). Block 0 is the null
+block, which the 0.30 start-up check keeps back (kv_cache_utils.py get_kv_cache_configs).
+The planner works in bytes per token, so these are folded into one effective figure for a
+request of max_model_len: never below what vLLM takes (the null block is charged to every
+request, the floor of the block count to none). With the hybrid manager off
+(disable_hybrid_kv_cache_manager) every sliding layer of a mixed model is sized as full.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +22,34 @@ from typing import Any
 from . import vllm_facts as F
 from .errors import InputError
 
+# Families whose HF config class derives layer_types when config.json has none, as
+# (sliding_window default, layer i slides): transformers' configuration_gemma2.py,
+# configuration_gemma3.py, configuration_cohere2.py, configuration_olmo3.py; gpt-oss slides
+# the even layers whatever layer_types says (vllm 0.30.0 model_executor/models/gpt_oss.py:174).
+_PATTERNED = {
+    "gemma2": (4096, lambda i, cfg: (i + 1) % 2 != 0),
+    "gpt_oss": (128, lambda i, cfg: i % 2 == 0),
+    "gemma3": (4096, lambda i, cfg: (i + 1) % _pattern(cfg, 6) != 0),
+    "gemma3_text": (4096, lambda i, cfg: (i + 1) % _pattern(cfg, 6) != 0),
+    "cohere2": (4096, lambda i, cfg: (i + 1) % _pattern(cfg, 4) != 0),
+    "olmo3": (4096, lambda i, cfg: (i + 1) % 4 != 0),
+}
+# Families with no layer_types in their config class: a window applies to every layer
+# (vllm/engine/arg_utils.py sets cache_config.sliding_window when there are no layer_types).
+_EVERY_LAYER = ("mistral", "mixtral", "phi3", "starcoder2")
+# Config keys of layer layouts this module does not size (Gemma 4's wider full layers,
+# Gemma 3n's shared KV layers).
+UNMODELLED_KEYS = ("global_head_dim", "num_global_key_value_heads", "num_kv_shared_layers", "per_layer_config")
+
+
+def _pattern(cfg: dict, default: int) -> int:
+    value = cfg.get("sliding_window_pattern", default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise InputError(f"config.json: sliding_window_pattern must be a whole number >= 1, not {value!r}")
+    return value
+
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
@@ -27,35 +57,45 @@ def _cdiv(a: int, b: int) -> int:
 
 def sliding_layout(cfg: dict[str, Any], num_layers: int, where: str) -> tuple[int, int]:
     """(window, sliding layer count) of a decoder config as vLLM 0.30 reads it; (0, 0) when
-    no layer slides. Gemma 2 and gpt-oss slide every even layer, Gemma 3 all but every
-    `sliding_window_pattern`-th (their HF configs' layer_types defaults; vllm 0.30.0
-    gemma2.py, gemma3.py, gpt_oss.py:174); an explicit layer_types says it per layer; any
-    other config with a window slides every layer (vllm/engine/arg_utils.py sets
-    cache_config.sliding_window when there are no layer_types)."""
-    window = cfg.get("sliding_window")
+    no layer slides. A family whose defaults are not known here, with a window and no
+    layer_types, is refused: guessing either way can promise KV vLLM does not give."""
+    kind = str(cfg.get("model_type", ""))
+    unknown = [k for k in UNMODELLED_KEYS if cfg.get(k) is not None]
+    if unknown:
+        raise InputError(f"{where}: {', '.join(unknown)}: layers of unequal KV size are not modelled")
     layer_types = cfg.get("layer_types")
     if isinstance(layer_types, list) and layer_types:
         sliding = sum("sliding" in str(t).lower() for t in layer_types)
         if sliding and len(layer_types) != num_layers:
             raise InputError(f"{where}: layer_types names {len(layer_types)} layers, num_hidden_layers {num_layers}")
-    elif window in (None, 0, False) or cfg.get("use_sliding_window", True) is False:
-        return 0, 0
-    else:
-        kind = str(cfg.get("model_type", ""))
-        if kind in ("gemma2", "gpt_oss"):
+        if kind == "gpt_oss":
             sliding = _cdiv(num_layers, 2)
-        elif kind.startswith("gemma3"):
-            pattern = cfg.get("sliding_window_pattern", 6)
-            if isinstance(pattern, bool) or not isinstance(pattern, int) or pattern < 1:
-                raise InputError(f"{where}: sliding_window_pattern must be a whole number >= 1, not {pattern!r}")
-            sliding = num_layers - num_layers // pattern
-        elif isinstance(cfg.get("max_window_layers"), int) and "use_sliding_window" in cfg:
-            sliding = max(0, num_layers - cfg["max_window_layers"])  # Qwen2: layers from max_window_layers on
-            if 0 < sliding < num_layers:  # vllm 0.30.0 qwen2.py asserts against a mixed model
-                raise InputError(f"{where}: sliding window on layers {cfg['max_window_layers']} and up only: vLLM "
-                                 "refuses such a Qwen2 model at start-up (max_window_layers must equal num_hidden_layers)")
-        else:
-            sliding = num_layers
+        window = cfg.get("sliding_window", _PATTERNED.get(kind, (None,))[0])
+    elif kind.startswith(("qwen2", "qwen3")):
+        if not cfg.get("use_sliding_window", False) or cfg.get("sliding_window") in (None, 0):
+            return 0, 0  # transformers' Qwen2/Qwen3Config: use_sliding_window defaults to False
+        first = cfg.get("max_window_layers", 28)  # its default
+        if isinstance(first, bool) or not isinstance(first, int):
+            raise InputError(f"{where}: max_window_layers must be a whole number, not {first!r}")
+        sliding = max(0, num_layers - first)  # layers from max_window_layers on slide
+        if 0 < sliding < num_layers:  # vllm 0.30.0 qwen2.py asserts against a mixed model
+            raise InputError(f"{where}: sliding window on layers {first} and up only: vLLM refuses such a "
+                             "model at start-up (max_window_layers must equal num_hidden_layers)")
+        window = cfg["sliding_window"]
+    elif kind in _PATTERNED:
+        window = cfg.get("sliding_window", _PATTERNED[kind][0])
+        if window in (None, 0):
+            return 0, 0
+        slides = _PATTERNED[kind][1]
+        sliding = sum(1 for i in range(num_layers) if slides(i, cfg))
+    else:
+        window = cfg.get("sliding_window")
+        if window in (None, 0, False) or cfg.get("use_sliding_window", True) is False:
+            return 0, 0
+        if kind not in _EVERY_LAYER:
+            raise InputError(f"{where}: sliding_window {window!r} without layer_types: which layers of a "
+                             f"{kind or 'this'} model slide is not known here (its config class decides)")
+        sliding = num_layers
     if not sliding:
         return 0, 0
     if isinstance(window, bool) or not isinstance(window, int) or not 1 <= window <= 2 ** 31 - 1:
@@ -63,21 +103,43 @@ def sliding_layout(cfg: dict[str, Any], num_layers: int, where: str) -> tuple[in
     return window, sliding
 
 
-def hybrid_bytes_per_token(layer_token_bytes: int, num_layers: int, sliding_layers: int, window: int,
-                           max_model_len: int, max_num_batched_tokens: int) -> int:
-    """Effective KV bytes per token of a max_model_len request (per rank) for a model with
-    `sliding_layers` of `num_layers` sliding over `window` tokens; `layer_token_bytes`: one
-    layer's K and V of one token on one rank."""
+def _request_bytes(layer_token_bytes: int, num_layers: int, sliding_layers: int, window: int, length: int,
+                   max_num_batched_tokens: int, vllm: tuple[int, int]) -> int:
+    """Bytes of one request of `length` tokens, its null block included (see the module)."""
     block = F.BLOCK_SIZE_TOKENS
     full = num_layers - sliding_layers
     if full == 0:  # one uniform sliding group
         group, full_groups, sliding_groups = sliding_layers, 0, 1
     else:
         low, high = sorted((full, sliding_layers))
-        group = high if high < 1.5 * low else low
+        factor = 1.5 if vllm >= (0, 18) else 1.25  # vllm 0.18.1 kv_cache_utils.py:1043; 0.16.0 :1036
+        group = high if high < factor * low else low
         full_groups, sliding_groups = _cdiv(full, group), _cdiv(sliding_layers, group)
     in_flight = F.SLIDING_WINDOW_IN_FLIGHT_BATCHES * max_num_batched_tokens
-    sliding_blocks = _cdiv(min(window - 1 + in_flight, max_model_len), block) + 1
-    per_request = full_groups * _cdiv(max_model_len, block) + sliding_groups * sliding_blocks
-    block_bytes = group * layer_token_bytes * block
-    return _cdiv(block_bytes * (per_request + 1), max_model_len)
+    sliding_blocks = _cdiv(min(window - 1 + in_flight, length), block) + 1
+    per_request = full_groups * _cdiv(length, block) + sliding_groups * sliding_blocks
+    return group * layer_token_bytes * block * (per_request + 1)
+
+
+def hybrid_bytes_per_token(layer_token_bytes: int, num_layers: int, sliding_layers: int, window: int,
+                           max_model_len: int, max_num_batched_tokens: int, vllm: tuple[int, int] = (0, 30)) -> int:
+    """Effective KV bytes per token of a max_model_len request (per rank) for a model with
+    `sliding_layers` of `num_layers` sliding over `window` tokens; `layer_token_bytes`: one
+    layer's K and V of one token on one rank."""
+    total = _request_bytes(layer_token_bytes, num_layers, sliding_layers, window, max_model_len,
+                           max_num_batched_tokens, vllm)
+    return _cdiv(total, max_model_len)
+
+
+def longest_request(kv_bytes: int, geometry: tuple[int, int, int, int, int], vllm: tuple[int, int]) -> int:
+    """The longest request `kv_bytes` holds (vLLM's own estimate searches the same way:
+    kv_cache_utils.py _estimate_max_model_len_from_groups); geometry as StageMemory keeps it."""
+    layer, layers, sliding, window, batch = geometry
+    low, high = 0, 1 << 31
+    while low < high:
+        mid = (low + high + 1) // 2
+        if _request_bytes(layer, layers, sliding, window, mid, batch, vllm) <= kv_bytes:
+            low = mid
+        else:
+            high = mid - 1
+    return low

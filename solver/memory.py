@@ -41,6 +41,7 @@ class StageKnobs:
     enforce_eager: bool
     kv_cache_dtype: KvCacheDtype = "auto"
     async_chunk: bool = False  # the pipeline streams between stages
+    hybrid_kv: bool = True  # vLLM's hybrid KV cache manager (off: disable_hybrid_kv_cache_manager)
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,9 @@ class StageMemory:
     accounting: str = "profile"  # "profile" or "either" (see the module docstring)
     load_buffer_bytes: int = 0  # the part of weights_bytes that is buffers, not checkpoint tensors
     state_bytes: int = 0  # per-request state allocated while serving (no load figure includes it)
+    # sliding-window layers in the hybrid pool: (layer bytes per token, layers, sliding
+    # layers, window, max_num_batched_tokens) for hybrid_kv.longest_request; None otherwise
+    hybrid_geometry: tuple[int, int, int, int, int] | None = None
 
     @property
     def inside_bytes(self) -> int:
@@ -102,8 +106,26 @@ def weights_per_rank(stage: StageSpec, tp: int, version: OmniVersion) -> int:
     return int(total)
 
 
+def _layer_token_bytes(stage: StageSpec, tp: int, kv_cache_dtype: KvCacheDtype) -> int:
+    t = stage.transformer
+    elem = 1 if kv_cache_dtype == "fp8" else int(DTYPE_BYTES[stage.dtype])
+    return 2 * max(1, t.num_kv_heads // tp) * t.head_dim * elem
+
+
+def hybrid_geometry(stage: StageSpec, tp: int, knobs: StageKnobs) -> tuple[int, int, int, int, int] | None:
+    """The sliding-window layout vLLM sizes in its hybrid pool, or None (no sliding layers,
+    or the hybrid manager off for a model that also has full layers: all sized as full)."""
+    t = stage.transformer
+    if not stage.has_kv_cache or not t.sliding_layers or t.kv_latent_dim:
+        return None
+    if not knobs.hybrid_kv and t.sliding_layers < t.num_layers:
+        return None
+    return (_layer_token_bytes(stage, tp, knobs.kv_cache_dtype), t.num_layers, t.sliding_layers, t.sliding_window,
+            knobs.max_num_batched_tokens)
+
+
 def kv_bytes_per_token(stage: StageSpec, tp: int, kv_cache_dtype: KvCacheDtype = "auto",
-                       knobs: StageKnobs | None = None) -> int:
+                       knobs: StageKnobs | None = None, vllm: tuple[int, int] = (0, 30)) -> int:
     """KV bytes per token on one rank: K and V of the rank's KV heads per layer (heads are
     replicated when there are fewer KV heads than ranks), or for MLA one latent per layer
     that every rank holds whole (vLLM's MLAAttentionSpec, vllm/v1/kv_cache_interface.py).
@@ -115,12 +137,10 @@ def kv_bytes_per_token(stage: StageSpec, tp: int, kv_cache_dtype: KvCacheDtype =
     elem = 1 if kv_cache_dtype == "fp8" else int(DTYPE_BYTES[stage.dtype])
     if t.kv_latent_dim:
         return t.num_layers * t.kv_latent_dim * elem
-    kv_heads_per_rank = max(1, t.num_kv_heads // tp)
-    layer = 2 * kv_heads_per_rank * t.head_dim * elem
-    if t.sliding_layers and knobs is not None:
-        return hybrid_bytes_per_token(layer, t.num_layers, t.sliding_layers, t.sliding_window,
-                                      knobs.max_model_len, knobs.max_num_batched_tokens)
-    return t.num_layers * layer
+    geometry = hybrid_geometry(stage, tp, knobs) if knobs is not None else None
+    if geometry is not None:
+        return hybrid_bytes_per_token(*geometry[:4], knobs.max_model_len, geometry[4], vllm)
+    return t.num_layers * _layer_token_bytes(stage, tp, kv_cache_dtype)
 
 
 def activation_peak(stage: StageSpec, tp: int, knobs: StageKnobs, version: OmniVersion) -> tuple[int, int]:
@@ -160,7 +180,8 @@ def stage_memory(stage: StageSpec, tp: int, knobs: StageKnobs, version: OmniVers
         nccl_bytes=F.NCCL_BYTES_PER_RANK if tp > 1 and version.snapshot_after_nccl else 0,
         runner_bytes=int(knobs.max_num_batched_tokens * hidden * elem),
         graph_reserve_bytes=F.GRAPH_RESERVE_BYTES if graphs else 0,
-        kv_bytes_per_token=kv_bytes_per_token(stage, tp, knobs.kv_cache_dtype, knobs),
+        kv_bytes_per_token=kv_bytes_per_token(stage, tp, knobs.kv_cache_dtype, knobs, version.vllm),
+        hybrid_geometry=hybrid_geometry(stage, tp, knobs),
         # A stage without KV cache sizes nothing from the measurement: its fraction is only
         # the start-up gate, and what it holds is its profile peak either way.
         accounting=version.kv_accounting if stage.has_kv_cache else "profile",

@@ -311,7 +311,7 @@ def stage_runs(request: Request, problem: Problem, knobs: dict[str, StageKnobs],
         option = sp.options[a.option_index]
         runs.append(StageRun(st.stage_id, st.name, st.has_kv_cache, a.gpus, option.tp, a.util_steps,
                              problem.resolution, knobs[st.name], option.memory, replicas=a.replicas,
-                             bounded=st.bounded_by_fraction))
+                             bounded=st.bounded_by_fraction, vllm=request.version.vllm))
     if request.pin_kv:  # the pinned figure is the KV the fraction gives: the same start-up
         report = simulate(runs, list(request.gpus), upstream=False, parallel_init=True, margin=request.margin_bytes,
                           exclusive_groups=request.exclusive_indices())

@@ -30,6 +30,7 @@ from .gpus import Gpu
 from .memory import StageKnobs, StageMemory, kv_tokens, requested_bytes, tokens_needed
 from .problems import CheckProblem
 from .problems import gib_text as _g
+from .hybrid_kv import longest_request
 from .residency import resident_sets
 from .vllm_facts import GiB
 
@@ -49,6 +50,7 @@ class StageRun:
     kv_pinned_bytes: int | None = None  # kv_cache_memory_bytes: vLLM allocates this, sizing nothing
     replicas: int = 1  # devices is the pool: replica r takes devices[r*tp:(r+1)*tp]
     bounded: bool = True  # False: a diffusion stage, which its fraction neither gates nor bounds
+    vllm: tuple[int, int] = (0, 30)  # the vLLM release (its hybrid KV grouping rule)
 
     @property
     def gpu_memory_utilization(self) -> float:
@@ -137,6 +139,13 @@ def admission_problems(runs: list[StageRun], gpus: list[Gpu], sets) -> list[Chec
             need = kv + graphs + F.ADMISSION_EXTERNAL_RESERVE_BYTES + F.ADMISSION_SAFETY_MARGIN_BYTES
             if on and need > gpu.total_bytes and (worst is None or need > worst[0]):
                 worst = (need, on)
+        undeclared = sorted({r.stage_id for members in sets for r in (runs[i] for i in members)
+                             if gpu.index in r.devices and not r.bounded and r.util_steps == 0})
+        for sid in undeclared:
+            found.append(CheckProblem(
+                "admission-exceeded", f"stage{sid}", gpu.index,
+                f"parallel_stage_init admission cannot account for local replicas of stage {sid} (diffusion, no "
+                "gpu_memory_utilization): declare its fraction, what it holds at its largest request", {}))
         if worst is not None:
             need, on = worst
             names = [f"stage{r.stage_id}/replica0" for r in on]
@@ -186,7 +195,9 @@ def simulate(
             for d, b in got.items():
                 budgets[i][d] = min(budgets[i].get(d, b), b)
                 if ok:  # what the stage holds inside its fraction (at least what it uses)
-                    requested_on[d] += used[d] - before[d] - run.memory.outside_bytes
+                    held = used[d] - before[d] - run.memory.outside_bytes
+                    requested_on[d] += held if run.bounded else run.memory.inside_bytes
+        _diffusion_peaks(runs, members, started, gpus, used, problems)
         for gpu in gpus:
             g = gpu.index
             if used[g] > sum(fullest[g]):
@@ -324,7 +335,6 @@ def _start_unbounded(run: StageRun, gpus: list[Gpu], used: dict[int, int], probl
     budgets: dict[int, int] = {}
     for d in run.devices:
         free = gpus[d].total_bytes - used[d]
-        holds = memory.inside_bytes + memory.outside_bytes
         if memory.weights_bytes + memory.context_bytes > free:
             problems.append(CheckProblem(
                 "load-oom", name, d,
@@ -332,17 +342,32 @@ def _start_unbounded(run: StageRun, gpus: list[Gpu], used: dict[int, int], probl
                 f"{_g(free)} GiB free on cuda:{d}",
                 {"weights_gib": round(memory.weights_bytes / GiB, 2), "free_gib": round(free / GiB, 2)}))
             started = False
-        elif holds > free:
-            problems.append(CheckProblem(
-                "diffusion-peak-beyond-free", name, d,
-                f"{name}: its largest request needs {_g(holds)} GiB on cuda:{d}, {_g(free)} GiB "
-                "are free when it starts: that request runs out of memory (gpu_memory_utilization does not bound "
-                "a diffusion stage)", {"needed_gib": round(holds / GiB, 2), "free_gib": round(free / GiB, 2)}))
         budgets[d] = memory.inside_bytes
     for d in run.devices:
-        if started:
-            used[d] += memory.inside_bytes + memory.outside_bytes
+        if started:  # its load (and a small warm-up) now; its largest request's peak once all are up
+            used[d] += memory.inside_bytes + memory.outside_bytes - memory.activation_bytes
     return started, budgets
+
+
+def _diffusion_peaks(runs: list[StageRun], members, started: dict[int, bool], gpus: list[Gpu],
+                     used: dict[int, int], problems: list) -> None:
+    """Each started diffusion stage takes its largest request's peak where the memory is,
+    after every stage has started (its start-up warm-up is a 512x512, 2-step request:
+    vllm_omni 0.30.0 diffusion/diffusion_engine.py)."""
+    for i in members:
+        run = runs[i]
+        if run.bounded or run.memory is None or not started[i]:
+            continue
+        peak = run.memory.activation_bytes
+        for d in run.devices:
+            free = gpus[d].total_bytes - used[d]
+            if peak > free:
+                problems.append(CheckProblem(
+                    "diffusion-peak-beyond-free", run.name, d,
+                    f"{run.name}: its largest request needs {_g(peak)} GiB more on cuda:{d} once every stage is up, "
+                    f"{_g(free)} GiB are free: that request runs out of memory (gpu_memory_utilization does not "
+                    "bound a diffusion stage)", {"needed_gib": round(peak / GiB, 2), "free_gib": round(free / GiB, 2)}))
+            used[d] += peak
 
 
 def _kv_checks(run: StageRun, kv: int, gpu: int, problems: list) -> bool:
@@ -355,6 +380,8 @@ def _kv_checks(run: StageRun, kv: int, gpu: int, problems: list) -> bool:
                                      {"available_kv_gib": round(kv / GiB, 2)}))
         return False
     if tokens < L:
+        if run.memory.hybrid_geometry is not None:  # sliding windows: shorter requests cost more per token
+            tokens = longest_request(kv, run.memory.hybrid_geometry, run.vllm)
         need = tokens_needed(L) * run.memory.kv_bytes_per_token
         problems.append(CheckProblem(
             "kv-below-max-model-len", run.name, gpu,

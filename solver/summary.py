@@ -63,6 +63,7 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
                 "devices": list(sp.devices),
                 "tensor_parallel_size": sp.tensor_parallel_size,
                 "gpu_memory_utilization": sp.gpu_memory_utilization,
+                "bounded_by_fraction": sp.stage.bounded_by_fraction,
                 "weights_bytes": sp.memory.weights_bytes - sp.memory.load_buffer_bytes,
                 "load_buffer_bytes": sp.memory.load_buffer_bytes,
                 "activation_bytes": sp.memory.activation_bytes,

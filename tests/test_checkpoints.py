@@ -270,6 +270,11 @@ def _llm_with(tmp_path, **extra) -> Path:
     ({"model_type": "qwen2", "sliding_window": 131072, "use_sliding_window": False}, 0),
     ({"model_type": "qwen2", "sliding_window": 4096, "use_sliding_window": True, "max_window_layers": 2}, 0),
     ({"model_type": "mistral", "sliding_window": None}, 0),
+    ({"model_type": "cohere2", "sliding_window": 4096, "num_hidden_layers": 8}, 6),  # its config: 3 sliding : 1 full
+    ({"model_type": "olmo3", "sliding_window": 4096, "num_hidden_layers": 8}, 6),
+    ({"model_type": "gemma3_text", "num_hidden_layers": 12}, 10),          # window absent: the class's 4096
+    ({"model_type": "qwen2", "sliding_window": 4096}, 0),                  # use_sliding_window defaults to False
+    ({"model_type": "qwen3", "sliding_window": 4096, "use_sliding_window": True}, 0),  # max_window_layers 28
 ])
 def test_the_sliding_layers_are_read_as_vllm_reads_them(tmp_path, extra, sliding):
     t = resolve(str(_llm_with(tmp_path, **extra))).pipeline.stages[0].transformer
@@ -282,7 +287,36 @@ def test_a_qwen2_config_sliding_on_some_layers_is_refused_as_vllm_refuses_it(tmp
     assert result.exit_code == 2 and "max_window_layers" in result.stderr
 
 
+@pytest.mark.parametrize("extra, needle", [
+    ({"model_type": "exaone4", "sliding_window": 4096}, "which layers of a exaone4 model slide"),
+    ({"model_type": "gemma4_text", "global_head_dim": 512, "sliding_window": 1024}, "unequal KV size"),
+])
+def test_a_sliding_layout_it_cannot_read_is_refused(tmp_path, extra, needle):
+    result = CliRunner().invoke(main, ["--gpus", "1xH100-80GB", "--model", str(_llm_with(tmp_path, **extra)), "-q"])
+    assert result.exit_code == 2 and needle in result.stderr
+
+
 def test_a_multimodal_config_is_refused_as_a_one_stage_llm(tmp_path):
     root = _llm_with(tmp_path, vision_config={"hidden_size": 1152})
     result = CliRunner().invoke(main, ["--gpus", "1xH100-80GB", "--model", str(root), "-q"])
     assert result.exit_code == 2 and "multimodal" in result.stderr
+
+
+def test_a_file_that_turns_the_hybrid_manager_off_is_judged_with_every_layer_full(tmp_path):
+    """disable_hybrid_kv_cache_manager makes vLLM size the sliding layers of a mixed model as
+    full attention (vllm 0.30.0 v1/core/kv_cache_utils.py unify_hybrid_kv_cache_specs)."""
+    root = _llm_with(tmp_path, model_type="gemma3_text", sliding_window=1024, num_hidden_layers=12,
+                     max_position_embeddings=65536)
+    plan_path = tmp_path / "plan.yaml"
+    result = CliRunner().invoke(main, ["--gpus", "1xH100-80GB", "--model", str(root), "--max-model-len", "65536",
+                                       "-o", str(plan_path), "-q"])
+    assert result.exit_code == 0, result.stderr
+    off = tmp_path / "off.yaml"
+    off.write_text(plan_path.read_text().replace("  enforce_eager:", "  disable_hybrid_kv_cache_manager: true\n"
+                                                                     "  enforce_eager:", 1))
+    tokens = []
+    for path in (plan_path, off):
+        checked = CliRunner().invoke(main, ["check", str(path), "--gpus", "1xH100-80GB", "--model", str(root),
+                                            "--format", "json"])
+        tokens.append(json.loads(checked.stdout)["stages"][0]["kv_cache_tokens"])
+    assert tokens[1] < tokens[0] / 2.5  # 12 full layers against 1 full group and 5 windowed ones (2.58x)

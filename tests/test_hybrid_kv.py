@@ -59,3 +59,29 @@ def test_gemma3_1b_log_holds_no_more_than_vllm_printed():
     bpt = hybrid_bytes_per_token(2 * 1 * 256 * 2, 26, 22, 512, 2048, 8192)
     tokens = 25.39 * GiB / bpt
     assert 0.98 * 950_864 <= tokens <= 950_864
+
+
+def test_before_vllm_018_groups_are_made_with_the_125_rule():
+    """7 full + 9 sliding layers: vLLM 0.18+ makes one group of 9 each (9 < 1.5 x 7), 0.14/0.16
+    groups of 7 (9 >= 1.25 x 7): one full and two sliding groups, more blocks per request
+    (vllm 0.16.0 v1/core/kv_cache_utils.py:1036, 0.18.1 :1043)."""
+    layer = 2 * 8 * 128 * 2
+    new = hybrid_bytes_per_token(layer, 16, 9, 4096, 8192, 8192, (0, 30))
+    old = hybrid_bytes_per_token(layer, 16, 9, 4096, 8192, 8192, (0, 16))
+    blocks_new, per_new = _vllm_concurrency(20 * GiB, layer, 7, 9, 4096, 8192, 8192)
+    assert old > new
+    group = 7  # the old rule, written out: blocks of 7 pages, 1 full group and 2 sliding groups
+    per_old = 512 + 2 * (-(-min(4095 + 16384, 8192) // 16) + 1)
+    assert 20 * GiB / (old * 8192) <= (20 * GiB // (group * layer * 16)) / per_old
+
+
+def test_the_longest_request_is_searched_as_vllm_searches_it():
+    from omni_autoconf.hybrid_kv import longest_request
+
+    layer = 2 * 16 * 128 * 2
+    geometry = (layer, 62, 52, 1024, 8192)
+    for gib in (8, 12, 16):
+        length = longest_request(gib * GiB, geometry, (0, 30))
+        blocks, per_request = _vllm_concurrency(gib * GiB, layer, 10, 52, 1024, length, 8192)
+        assert per_request + 1 <= blocks  # vLLM 0.30's check: one request fits beside the null block
+        assert length < gib * GiB / (hybrid_bytes_per_token(layer, 62, 52, 1024, 131072, 8192) )

@@ -130,13 +130,31 @@ def test_a_diffusion_peak_beyond_the_free_memory_is_reported(tmp_path):
     assert ("diffusion-peak-beyond-free", "dit") in codes and not report.ok
 
 
-def test_the_dit_starts_before_the_thinker_on_a_shared_gpu(tmp_path):
-    """vLLM-Omni starts diffusion stages first: on one A100 the thinker's fraction meets the
-    dit's memory already resident, and with a fraction of 0.6 it is capped to what is free."""
+def test_the_dit_loads_before_the_thinker_and_takes_its_peak_once_all_are_up(tmp_path):
+    """vLLM-Omni starts diffusion stages first, with a small warm-up: on one A100 the
+    thinker's 0.6 meets the dit's weights already resident (not capped: ~50 GiB free), and
+    the dit's 1024x1024 request then finds too little left."""
     path = tmp_path / "shared.yaml"
     path.write_text((BAGEL % "0").replace("gpu_memory_utilization: 0.45", "gpu_memory_utilization: 0.6"))
     report = _check(path, "1xA100-80GB")
-    assert ("free-memory-capped", "thinker") in {(p.code, p.stage) for p in report.problems}
+    found = {(p.code, p.stage) for p in report.problems}
+    assert ("diffusion-peak-beyond-free", "dit") in found and ("free-memory-capped", "thinker") not in found
+    tight = tmp_path / "tight.yaml"  # 0.75: the thinker's request no longer fits beside the dit's weights
+    tight.write_text((BAGEL % "0").replace("gpu_memory_utilization: 0.45", "gpu_memory_utilization: 0.75"))
+    assert ("free-memory-capped", "thinker") in {(p.code, p.stage) for p in _check(tight, "1xA100-80GB").problems}
+
+
+def test_a_diffusion_stage_without_a_fraction_is_refused_by_parallel_init_admission(tmp_path):
+    from omni_autoconf.configcheck import check_config
+    from omni_autoconf.configfile import read_config
+    from omni_autoconf.gpus import parse_gpus
+
+    path = tmp_path / "bagel.yaml"
+    path.write_text(BAGEL % "1")
+    report = check_config(lookup_model("bagel-7b-mot"), parse_gpus("2xA100-80GB"), omni_version("0.30"),
+                          read_config(str(path)), parallel_init=True)
+    assert any("cannot account" in p.message and p.gpu == 1 for p in report.errors)
+    assert report.stages[1].run.util_steps == 0
 
 
 def test_the_plan_declares_the_dits_real_use_and_says_what_the_fraction_is():
