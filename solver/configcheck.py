@@ -186,8 +186,8 @@ def _engine_problems(rs: ResolvedSetting, version: OmniVersion) -> list[CheckPro
                                   kv_cache_dtype=rs.kv_cache_dtype, version=version)
     found = [CheckProblem("engine-config-invalid", rs.spec.name, None, e, {}) for e in errors]
     rule = rs.spec.batch_rule_error(k.max_num_batched_tokens)
-    if rule is not None:
-        found.append(CheckProblem("engine-config-invalid", rs.spec.name, None, rule, {}))
+    if rule is not None:  # the model's own requirement: it starts, and its chunks break
+        found.append(CheckProblem("stage-batch-rule", rs.spec.name, None, rule, {}))
     if rs.spec.has_kv_cache and k.max_model_len > rs.spec.transformer.max_position:
         # vllm/config/model.py _get_and_verify_max_len (0.14.1-0.30.0). vLLM-Omni 0.20+
         # sets VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 for a stage with max_model_len

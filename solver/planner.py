@@ -184,7 +184,7 @@ def resolve_request_knobs(request: Request) -> tuple[dict[str, StageKnobs], tupl
                 applied[opt].append(st.name)
         errors = stage_knob_errors(pipeline, st, k, schema, version)
         if errors:
-            raise InputError(f"{st.name}: vLLM or vLLM-Omni would refuse this stage's engine config: {errors[0]}")
+            raise InputError(f"{st.name}: this stage cannot take these settings: {errors[0]}")
         out[st.name] = k
     for opt, stages in applied.items():
         if not stages:
