@@ -327,3 +327,23 @@ def test_the_step_audio_encoder_profile_grows_with_the_batch_it_is_given():
     peaks = [stage_memory(thinker, 1, StageKnobs(16384, 1, n, True, "auto", False), v).activation_bytes
              for n in (1024, 2048, 8192)]
     assert peaks[0] < peaks[1] < peaks[2]
+
+
+def test_moss_tts_nano_is_held_at_no_less_than_its_measured_server_share():
+    """vLLM reserves nothing for it (no attention layers); nvidia-smi put the server at about
+    848 MiB (https://github.com/vllm-project/vllm-omni/pull/7577): the plan holds more."""
+    import json
+
+    result = _run("--gpus", "1xL4", "--model", "moss-tts-nano", "--format", "json", "-q")
+    assert result.exit_code == 0, result.stderr
+    (gpu,) = json.loads(result.stdout)["gpus"]
+    assert gpu["requested_bytes"] + gpu["outside_bytes"] >= 848 * 2 ** 20
+    refused = _run("--gpus", "1xL4", "--model", "moss-tts-nano", "--max-num-seqs", "moss_tts_nano=2", "-q")
+    assert refused.exit_code == 2 and "at most 1 request" in refused.stderr
+
+
+def test_a_stage_without_kv_gets_the_max_model_len_its_bundled_file_sets():
+    doc = yaml.safe_load(_run("--gpus", "1xRTX4090", "--model", "qwen3-tts-1.7b", "-q").stdout)
+    assert doc["stages"][1]["max_model_len"] == 65536  # the codec stream code2wav accumulates (bundled)
+    doc = yaml.safe_load(_run("--gpus", "2xH100-80GB", "--model", "qwen3-omni-moe", "-q").stdout)
+    assert "max_model_len" not in doc["stages"][2]
