@@ -61,3 +61,15 @@ def test_readme_shows_the_current_accuracy_table():
     table = regenerate.accuracy_table()
     assert (ROOT / "examples" / "accuracy.txt").read_text() == table
     assert table in (ROOT / "README.md").read_text(), "README accuracy table is stale: run `make examples`"
+
+
+def test_every_readme_table_has_its_header_rule():
+    """A markdown table whose second line is not |---| renders as text."""
+    import re
+    from pathlib import Path
+
+    lines = (Path(__file__).resolve().parent.parent / "README.md").read_text().splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("|") and (i == 0 or not lines[i - 1].startswith("|"))]
+    assert starts
+    for i in starts:
+        assert i + 1 < len(lines) and re.fullmatch(r"\|[-:| ]+\|", lines[i + 1]), f"README.md line {i + 1}: {lines[i]}"
