@@ -111,7 +111,8 @@ def _fix(report, pipeline, gpus, version, config, buffer_gib, exclusive, time_li
         devices={rs.spec.name: rs.devices for rs in kept if "devices" in keep and rs.explicit_devices},
         max_model_len={rs.spec.name: rs.knobs.max_model_len for rs in settings if rs.spec.has_kv_cache},
         max_num_seqs={rs.spec.name: rs.knobs.max_num_seqs for rs in settings},
-        max_num_batched_tokens={rs.spec.name: rs.knobs.max_num_batched_tokens for rs in settings},
+        max_num_batched_tokens={rs.spec.name: rs.knobs.max_num_batched_tokens for rs in settings
+                                if rs.spec.batch_rule_error(rs.knobs.max_num_batched_tokens) is None},
         enforce_eager={rs.spec.name: rs.knobs.enforce_eager for rs in settings},
         kv_cache_dtype="fp8" if any(rs.knobs.kv_cache_dtype == "fp8" for rs in settings) else "auto",
         exclusive=exclusive,

@@ -106,7 +106,8 @@ def resolve_settings(pipeline: PipelineSpec, config: ConfigFile, version: OmniVe
             enforce_eager=bool(st.enforce_eager),
             kv_cache_dtype="fp8" if kv_text.startswith("fp8") else "auto",
             async_chunk=streaming,
-            hybrid_kv=not st.disable_hybrid_kv_cache_manager,
+            # vllm 0.30.0 config/vllm.py: some KV connectors (LMCache, FlexKV, HF3FS, ...) turn it off
+            hybrid_kv=False if st.disable_hybrid_kv_cache_manager else (None if st.kv_transfer_config else True),
         )
         out.append(ResolvedSetting(spec, devices, tp, util, knobs, kv_text, chunked,
                                    st.devices is not None, st.tensor_parallel_size is not None,
@@ -185,6 +186,11 @@ def _engine_problems(rs: ResolvedSetting, version: OmniVersion) -> list[CheckPro
                                   max_num_batched_tokens=k.max_num_batched_tokens, chunked_prefill=rs.chunked_prefill,
                                   kv_cache_dtype=rs.kv_cache_dtype, version=version)
     found = [CheckProblem("engine-config-invalid", rs.spec.name, None, e, {}) for e in errors]
+    limit = rs.spec.max_num_seqs_limit
+    if limit is not None and k.max_num_seqs > limit:  # the model raises in its __init__
+        found.append(CheckProblem("engine-config-invalid", rs.spec.name, None,
+                                  f"max_num_seqs {k.max_num_seqs}: {rs.spec.name} batches at most {limit} request(s) "
+                                  f"({rs.spec.max_num_seqs_limit_source})", {}))
     rule = rs.spec.batch_rule_error(k.max_num_batched_tokens)
     if rule is not None:  # the model's own requirement: it starts, and its chunks break
         found.append(CheckProblem("stage-batch-rule", rs.spec.name, None, rule, {}))
@@ -222,6 +228,12 @@ def check_config(pipeline: PipelineSpec, gpus: list[Gpu], version: OmniVersion, 
             f"the file names pipeline {config.pipeline!r}; vLLM-Omni {version.name} serves {pipeline.name} as "
             f"{expected!r} (a key its registry lacks raises KeyError at start-up, another key picks another topology)",
             {}))
+    required = pipeline.deploy_top.get("pipeline") if config.schema == "deploy" else None
+    if required is not None and config.pipeline is None:
+        problems.append(CheckProblem(
+            "pipeline-key-mismatch", None, None,
+            f"the file names no pipeline; {pipeline.name} runs as pipeline {required!r}, which vLLM-Omni starts only "
+            "when a deploy file names it (else the model's default topology)", {}))
     settings = resolve_settings(pipeline, config, version, gpus)
     runs = []
     for rs in settings:

@@ -44,6 +44,7 @@ class StageSetting:
     kv_cache_memory_bytes: int | None = None
     num_replicas: int | None = None
     disable_hybrid_kv_cache_manager: bool | None = None
+    kv_transfer_config: bool = False  # the stage names one (its connector may turn the hybrid manager off)
 
 
 @dataclass(frozen=True)
@@ -219,6 +220,7 @@ def _setting(flat: dict, devices: Any, where: str, replicas: Any = None) -> Stag
         num_replicas=_integer(replicas, where, "num_replicas"),
         disable_hybrid_kv_cache_manager=_boolean(flat.get("disable_hybrid_kv_cache_manager"), where,
                                                  "disable_hybrid_kv_cache_manager"),
+        kv_transfer_config=flat.get("kv_transfer_config") is not None,
     )
 
 

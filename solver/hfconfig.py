@@ -143,8 +143,9 @@ def one_stage_pipeline(cfg: dict, name: str, where: str = "config.json") -> dict
         raise InputError(f"{where}: expected a JSON object")
     top = cfg
     cfg = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) and "num_hidden_layers" not in cfg else cfg
-    for key in ("vision_config", "audio_config"):
-        if isinstance(top.get(key), dict):
+    for key, value in top.items():  # vision_config, audio_config, audio_encoder_config, speech_config, ...
+        if isinstance(value, dict) and any(part in key for part in ("vision", "audio", "speech", "visual", "image",
+                                                                    "encoder", "talker", "tts")):
             raise InputError(f"{where}: a multimodal model ({key}) is not modelled as a one-stage LLM: its encoder's "
                              "profile run would be left out of the plan")
     linear, replicated, _, geometry = _layer_params(cfg, where)

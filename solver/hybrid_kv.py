@@ -70,6 +70,9 @@ def sliding_layout(cfg: dict[str, Any], num_layers: int, where: str) -> tuple[in
             raise InputError(f"{where}: layer_types names {len(layer_types)} layers, num_hidden_layers {num_layers}")
         if kind == "gpt_oss":
             sliding = _cdiv(num_layers, 2)
+        if kind.startswith(("qwen2", "qwen3")) and 0 < sliding < num_layers:  # vllm 0.30.0 qwen2.py:350 asserts
+            raise InputError(f"{where}: layer_types mix sliding and full layers: vLLM refuses such a "
+                             f"{kind} model at start-up (max_window_layers must equal num_hidden_layers)")
         window = cfg.get("sliding_window", _PATTERNED.get(kind, (None,))[0])
     elif kind.startswith(("qwen2", "qwen3")):
         if not cfg.get("use_sliding_window", False) or cfg.get("sliding_window") in (None, 0):

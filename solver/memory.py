@@ -41,7 +41,9 @@ class StageKnobs:
     enforce_eager: bool
     kv_cache_dtype: KvCacheDtype = "auto"
     async_chunk: bool = False  # the pipeline streams between stages
-    hybrid_kv: bool = True  # vLLM's hybrid KV cache manager (off: disable_hybrid_kv_cache_manager)
+    # vLLM's hybrid KV cache manager: on, off (disable_hybrid_kv_cache_manager), or None: not
+    # known (a kv_transfer_config, whose connector may turn it off), the worse of the two counted
+    hybrid_kv: bool | None = True
 
 
 @dataclass(frozen=True)
@@ -118,7 +120,7 @@ def hybrid_geometry(stage: StageSpec, tp: int, knobs: StageKnobs) -> tuple[int, 
     t = stage.transformer
     if not stage.has_kv_cache or not t.sliding_layers or t.kv_latent_dim:
         return None
-    if not knobs.hybrid_kv and t.sliding_layers < t.num_layers:
+    if knobs.hybrid_kv is False and t.sliding_layers < t.num_layers:
         return None
     return (_layer_token_bytes(stage, tp, knobs.kv_cache_dtype), t.num_layers, t.sliding_layers, t.sliding_window,
             knobs.max_num_batched_tokens)
@@ -137,10 +139,12 @@ def kv_bytes_per_token(stage: StageSpec, tp: int, kv_cache_dtype: KvCacheDtype =
     elem = 1 if kv_cache_dtype == "fp8" else int(DTYPE_BYTES[stage.dtype])
     if t.kv_latent_dim:
         return t.num_layers * t.kv_latent_dim * elem
+    full = t.num_layers * _layer_token_bytes(stage, tp, kv_cache_dtype)
     geometry = hybrid_geometry(stage, tp, knobs) if knobs is not None else None
-    if geometry is not None:
-        return hybrid_bytes_per_token(*geometry[:4], knobs.max_model_len, geometry[4], vllm)
-    return t.num_layers * _layer_token_bytes(stage, tp, kv_cache_dtype)
+    if geometry is None:
+        return full
+    hybrid = hybrid_bytes_per_token(*geometry[:4], knobs.max_model_len, geometry[4], vllm)
+    return max(hybrid, full) if knobs.hybrid_kv is None else hybrid
 
 
 def activation_peak(stage: StageSpec, tp: int, knobs: StageKnobs, version: OmniVersion) -> tuple[int, int]:

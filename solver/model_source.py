@@ -30,14 +30,15 @@ _REPLICATED = re.compile(r"(norm|\.gate\.weight$|router)")
 # vllm_omni/model_executor/models/qwen3_omni/pipeline.py resolve_qwen3_omni_pipeline)
 _OMNI = {"qwen3_omni_moe": lambda cfg: "qwen3-omni-moe" if cfg.get("enable_audio_output", True)
          else "qwen3-omni-moe-thinking",
-         "qwen3_tts": lambda cfg: "qwen3-tts-0.6b" if (cfg.get("talker_config") or {}).get("hidden_size") == 1024
+         "qwen3_tts": lambda cfg: "qwen3-tts-0.6b" if _section(cfg, "talker_config").get("hidden_size") == 1024
          else "qwen3-tts-1.7b",
+         "step_audio_2": lambda cfg: "step-audio-2-mini-asr",
          "qwen2_5_omni": lambda cfg: "qwen2.5-omni-3b" if _thinker_hidden(cfg) == 2048 else "qwen2.5-omni-7b"}
 
 
 # catalog pipelines whose checkpoint directories are not read yet (BAGEL's VAE sits in
 # ae.safetensors beside its shards, and both stages load tensors of one prefix)
-_CATALOG_ONLY = {"bagel": "bagel-7b-mot"}
+_CATALOG_ONLY = {"bagel": "bagel-7b-mot", "moss_tts_nano": "moss-tts-nano"}
 
 
 @dataclass(frozen=True)
@@ -47,9 +48,16 @@ class ModelSource:
     notes: tuple[str, ...] = ()
 
 
+def _section(cfg: dict, key: str) -> dict:
+    value = cfg.get(key)
+    if value is not None and not isinstance(value, dict):
+        raise InputError(f"config.json: {key} must be an object, not {value!r:.60}")
+    return value or {}
+
+
 def _thinker_hidden(cfg: dict) -> int | None:
-    thinker = cfg.get("thinker_config") or {}
-    return (thinker.get("text_config") or thinker).get("hidden_size")
+    thinker = _section(cfg, "thinker_config")
+    return (_section(thinker, "text_config") or thinker).get("hidden_size")
 
 
 def resolve(text: str) -> ModelSource:
@@ -101,8 +109,8 @@ def exact_weights(pipeline: PipelineSpec, ckpt: Checkpoint, reference: str) -> M
         if own is None:
             raise InputError(f"{pipeline.name}: the catalog names no checkpoint prefix for stage {st.name}")
         tensors = ckpt.with_prefix(*own)
-        if not tensors:
-            raise InputError(f"{reference}: no tensor starts with {', '.join(own)} (stage {st.name})")
+        if not ckpt.with_prefix(own[0]):  # its own weights, not only the blocks it also loads
+            raise InputError(f"{reference}: no tensor starts with {own[0]} (stage {st.name})")
         claimed_total += sum(t.nbytes for t in tensors)
         components, cast = _components(st, tensors, ckpt)
         if cast:

@@ -26,6 +26,7 @@ PROBLEM_CODES = {
     "kv-below-max-model-len": "error",
     "gpu-oversubscribed": "error",
     "fraction-below-usage": "warning",
+    "no-kv-fraction-capped": "warning",
     "stage-batch-rule": "warning",
     "pinned-kv-beyond-fraction": "warning",
     "beyond-max-position": "warning",

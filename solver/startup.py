@@ -265,6 +265,7 @@ def _start_stage(run: StageRun, gpus: list[Gpu], used: dict[int, int], upstream:
     before_snapshot = memory.context_bytes + memory.nccl_bytes
     started = True
     budgets: dict[int, int] = {}
+    capped: set[int] = set()  # GPUs where a stage without KV cache got less than its fraction
     for d in run.devices:  # contexts (and NCCL) exist before the snapshot
         used[d] += before_snapshot
     for d in run.devices:
@@ -282,6 +283,11 @@ def _start_stage(run: StageRun, gpus: list[Gpu], used: dict[int, int], upstream:
             problems.append(CheckProblem("startup-refused", name, d, text + " Decrease GPU memory utilization "
                                          "or reduce GPU memory used by other processes.", numbers))
             started = False
+        elif not run.has_kv:  # its fraction sizes nothing: capped, it loads and runs as before
+            capped.add(d)
+            problems.append(CheckProblem("no-kv-fraction-capped", name, d, text + " Capping requested memory to "
+                                         f"available free memory ({_g(free)} GiB); the stage sizes no KV cache "
+                                         "from it, so it starts", numbers))
         else:
             problems.append(CheckProblem("free-memory-capped", name, d, text + " Capping requested memory to "
                                          f"available free memory ({_g(free)} GiB).", numbers))
@@ -317,7 +323,7 @@ def _start_stage(run: StageRun, gpus: list[Gpu], used: dict[int, int], upstream:
             {"budget_gib": round(budgets[d] / GiB, 2), "needed_gib": round(memory.inside_bytes / GiB, 2)}))
     for d in run.devices:
         if started:  # the stage holds its budget (at least what it uses) and what lies outside it
-            held = budgets[d] if run.has_kv else max(budgets[d], memory.inside_bytes)
+            held = budgets[d] if run.has_kv else max(0 if d in capped else budgets[d], memory.inside_bytes)
             if run.has_kv and run.kv_pinned_bytes:
                 held = max(budgets[d], memory.inside_bytes + run.kv_pinned_bytes)
             used[d] += held + memory.graph_reserve_bytes

@@ -320,3 +320,29 @@ def test_a_file_that_turns_the_hybrid_manager_off_is_judged_with_every_layer_ful
                                             "--format", "json"])
         tokens.append(json.loads(checked.stdout)["stages"][0]["kv_cache_tokens"])
     assert tokens[1] < tokens[0] / 2.5  # 12 full layers against 1 full group and 5 windowed ones (2.58x)
+
+
+def test_a_qwen2_config_listing_mixed_layer_types_is_refused(tmp_path):
+    root = _llm_with(tmp_path, model_type="qwen3", sliding_window=4096, use_sliding_window=True,
+                     layer_types=["sliding_attention", "full_attention"])
+    result = CliRunner().invoke(main, ["--gpus", "1xH100-80GB", "--model", str(root), "-q"])
+    assert result.exit_code == 2 and "layer_types mix" in result.stderr
+
+
+def test_a_kv_transfer_config_counts_the_worse_of_hybrid_and_full(tmp_path):
+    root = _llm_with(tmp_path, model_type="gemma3_text", sliding_window=1024, num_hidden_layers=12,
+                     max_position_embeddings=65536)
+    plan_path = tmp_path / "plan.yaml"
+    result = CliRunner().invoke(main, ["--gpus", "1xH100-80GB", "--model", str(root), "--max-model-len", "65536",
+                                       "-o", str(plan_path), "-q"])
+    assert result.exit_code == 0, result.stderr
+    variants = {"hybrid": "", "off": "  disable_hybrid_kv_cache_manager: true\n",
+                "connector": "  kv_transfer_config: {kv_connector: LMCacheConnectorV1, kv_role: kv_both}\n"}
+    tokens = {}
+    for name, extra in variants.items():
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(plan_path.read_text().replace("  enforce_eager:", extra + "  enforce_eager:", 1))
+        checked = CliRunner().invoke(main, ["check", str(path), "--gpus", "1xH100-80GB", "--model", str(root),
+                                            "--format", "json"])
+        tokens[name] = json.loads(checked.stdout)["stages"][0]["kv_cache_tokens"]
+    assert tokens["connector"] == min(tokens["hybrid"], tokens["off"])

@@ -347,3 +347,50 @@ def test_a_stage_without_kv_gets_the_max_model_len_its_bundled_file_sets():
     assert doc["stages"][1]["max_model_len"] == 65536  # the codec stream code2wav accumulates (bundled)
     doc = yaml.safe_load(_run("--gpus", "2xH100-80GB", "--model", "qwen3-omni-moe", "-q").stdout)
     assert "max_model_len" not in doc["stages"][2]
+
+
+def test_a_step_audio_2_directory_plans_as_the_asr_pipeline_with_its_header_weights(tmp_path):
+    import json
+
+    from test_checkpoints import write_safetensors
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "step_audio_2",
+                                                      "architectures": ["StepAudio2ForCausalLM"],
+                                                      "audio_encoder_config": {"n_state": 1280}}))
+    tensors = {"model.layers.weight": ("BF16", [6_525_600_000]), "lm_head.weight": ("BF16", [568_900_000]),
+               "encoder.blocks.weight": ("BF16", [637_000_000]), "adapter.linear.weight": ("BF16", [14_900_000])}
+    write_safetensors(tmp_path / "model.safetensors", tensors)
+    result = _run("--gpus", "1xL4", "--model", str(tmp_path), "--format", "json", "-q")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["model"] == "step-audio-2-mini-asr"
+    residual = next(c for c in lookup_model("step-audio-2-mini-asr").stages[0].components if c.name == "logged_residual")
+    stored = 2 * (6_525_600_000 + 568_900_000 + 637_000_000 + 14_900_000)
+    assert data["stages"][0]["weights_bytes"] == stored + residual.params
+
+
+def test_check_refuses_what_the_model_itself_refuses_and_a_missing_pipeline_key(tmp_path):
+    moss = tmp_path / "moss.yaml"
+    moss.write_text("stages:\n  - {stage_id: 0, devices: '0', gpu_memory_utilization: 0.3, max_num_seqs: 2,"
+                    " max_model_len: 4096, enforce_eager: true}\n")
+    codes = {p.code for p in _check_at(moss, "1xL4", "moss-tts-nano", "0.30").errors}
+    assert "engine-config-invalid" in codes
+    think = tmp_path / "think.yaml"
+    think.write_text(BAGEL % "1")
+    found = [p for p in _check_at(think, "2xA100-80GB", "bagel-7b-mot-think", "0.30").errors
+             if p.code == "pipeline-key-mismatch"]
+    assert found and "names no pipeline" in found[0].message
+
+
+def test_a_stage_without_kv_capped_to_free_memory_still_starts(tmp_path):
+    """Its fraction sizes nothing: vLLM-Omni warns and caps (worker/memory_utils.py
+    request_memory_tolerant), and the stage holds what it uses."""
+    path = tmp_path / "tts.yaml"
+    path.write_text("model_runner: v2\nasync_chunk: true\nstages:\n"
+                    "  - {stage_id: 0, devices: '0', gpu_memory_utilization: 0.6, max_num_seqs: 64,"
+                    " max_num_batched_tokens: 512, max_model_len: 4096}\n"
+                    "  - {stage_id: 1, devices: '0', gpu_memory_utilization: 0.3, max_num_seqs: 64,"
+                    " max_num_batched_tokens: 65536, max_model_len: 65536}\n")
+    report = _check_at(path, "1xRTX4090", "qwen3-tts-1.7b", "0.30")
+    capped = [p for p in report.problems if p.stage == "code2wav"]
+    assert capped and {p.code for p in capped} == {"no-kv-fraction-capped"} and capped[0].severity == "warning"
