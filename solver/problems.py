@@ -53,3 +53,14 @@ class CheckProblem:
     def as_dict(self) -> dict:
         return {"code": self.code, "severity": self.severity, "stage": self.stage, "gpu": self.gpu,
                 "message": self.message, "numbers": self.numbers}
+
+
+def dedup(problems: list[CheckProblem]) -> list[CheckProblem]:
+    """Each (code, stage, GPU) once, in the order first found (co-resident sets repeat them)."""
+    seen, out = set(), []
+    for p in problems:
+        key = (p.code, p.stage, p.gpu)
+        if key not in seen:
+            seen.add(key)
+            out.append(p)
+    return out

@@ -28,8 +28,7 @@ from dataclasses import dataclass
 from . import vllm_facts as F
 from .gpus import Gpu
 from .memory import StageKnobs, StageMemory, kv_tokens, requested_bytes, tokens_needed
-from .problems import CheckProblem
-from .problems import gib_text as _g
+from .problems import CheckProblem, dedup, gib_text as _g
 from .hybrid_kv import longest_request
 from .residency import resident_sets
 from .vllm_facts import GiB
@@ -226,17 +225,7 @@ def simulate(
         GpuOutcome(gpu, tuple(r.name for r in runs if gpu.index in r.devices), *fullest[gpu.index], margin)
         for gpu in gpus
     )
-    return StartupReport(tuple(outcomes), gpu_outcomes, tuple(_dedup(problems)))
-
-
-def _dedup(problems: list[CheckProblem]) -> list[CheckProblem]:
-    seen, out = set(), []
-    for p in problems:
-        key = (p.code, p.stage, p.gpu)
-        if key not in seen:
-            seen.add(key)
-            out.append(p)
-    return out
+    return StartupReport(tuple(outcomes), gpu_outcomes, tuple(dedup(problems)))
 
 
 def _final_state(gpu: Gpu, used: int, margin: int, names: list[str]) -> list[CheckProblem]:
