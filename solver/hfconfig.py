@@ -36,7 +36,8 @@ def _int(cfg: dict, where: str, *keys, default=None, least: int = 1) -> int:
     return value
 
 
-def _mapping(cfg: dict, key: str, where: str) -> dict:
+def optional_mapping(cfg: dict, key: str, where: str) -> dict:
+    """cfg[key], an object, or {} when absent."""
     value = cfg.get(key)
     if value is None:
         return {}
@@ -49,7 +50,7 @@ def max_position(cfg: dict) -> int:
     """vLLM's derived max_model_len: max_position_embeddings, times a linear/dynamic/yarn
     rope factor (vllm/config/model.py _get_and_verify_max_len)."""
     length = _int(cfg, "config.json", "max_position_embeddings", "n_positions", "max_seq_len", "seq_length", default=2048)
-    rope = _mapping(cfg, "rope_scaling", "config.json")
+    rope = optional_mapping(cfg, "rope_scaling", "config.json")
     kind = rope.get("rope_type", rope.get("type"))
     factor = rope.get("factor")
     if kind in ("linear", "dynamic", "yarn") and isinstance(factor, (int, float)) and not isinstance(factor, bool):
@@ -154,7 +155,7 @@ def one_stage_pipeline(cfg: dict, name: str, where: str = "config.json") -> dict
     hidden = geometry["hidden_size"]
     embeddings = vocab * hidden * (1 if cfg.get("tie_word_embeddings") else 2)
     dtype = _DTYPES.get(str(cfg.get("torch_dtype", cfg.get("dtype", "bfloat16"))).replace("torch.", ""), "bfloat16")
-    quant = _mapping(cfg, "quantization_config", where).get("quant_method")
+    quant = optional_mapping(cfg, "quantization_config", where).get("quant_method")
     linear_dtype = {"fp8": "fp8", "awq": "int4", "gptq": "int4"}.get(str(quant), None)
     architectures = cfg.get("architectures") or [str(cfg.get("model_type", "decoder"))]
     if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):

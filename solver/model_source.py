@@ -20,6 +20,7 @@ from .catalog import (DTYPE_BYTES, PipelineSpec, catalog_text, load_pipeline_tex
                       pipeline_from_config)
 from .checkpoint import Checkpoint, looks_like_hub_id, read_hub, read_local, with_subfolders
 from .errors import InputError
+from .hfconfig import optional_mapping
 
 # safetensors dtype -> bytes per element (https://huggingface.co/docs/safetensors)
 _ELEMENT = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "BF16": 2, "F16": 2, "I16": 2, "U16": 2,
@@ -30,7 +31,7 @@ _REPLICATED = re.compile(r"(norm|\.gate\.weight$|router)")
 # vllm_omni/model_executor/models/qwen3_omni/pipeline.py resolve_qwen3_omni_pipeline)
 _OMNI = {"qwen3_omni_moe": lambda cfg: "qwen3-omni-moe" if cfg.get("enable_audio_output", True)
          else "qwen3-omni-moe-thinking",
-         "qwen3_tts": lambda cfg: "qwen3-tts-0.6b" if _section(cfg, "talker_config").get("hidden_size") == 1024
+         "qwen3_tts": lambda cfg: "qwen3-tts-0.6b" if optional_mapping(cfg, "talker_config", "config.json").get("hidden_size") == 1024
          else "qwen3-tts-1.7b",
          "step_audio_2": lambda cfg: "step-audio-2-mini-asr",
          "qwen2_5_omni": lambda cfg: "qwen2.5-omni-3b" if _thinker_hidden(cfg) == 2048 else "qwen2.5-omni-7b"}
@@ -48,16 +49,9 @@ class ModelSource:
     notes: tuple[str, ...] = ()
 
 
-def _section(cfg: dict, key: str) -> dict:
-    value = cfg.get(key)
-    if value is not None and not isinstance(value, dict):
-        raise InputError(f"config.json: {key} must be an object, not {value!r:.60}")
-    return value or {}
-
-
 def _thinker_hidden(cfg: dict) -> int | None:
-    thinker = _section(cfg, "thinker_config")
-    return (_section(thinker, "text_config") or thinker).get("hidden_size")
+    thinker = optional_mapping(cfg, "thinker_config", "config.json")
+    return (optional_mapping(thinker, "text_config", "config.json thinker_config") or thinker).get("hidden_size")
 
 
 def resolve(text: str) -> ModelSource:

@@ -302,26 +302,6 @@ def test_a_multimodal_config_is_refused_as_a_one_stage_llm(tmp_path):
     assert result.exit_code == 2 and "multimodal" in result.stderr
 
 
-def test_a_file_that_turns_the_hybrid_manager_off_is_judged_with_every_layer_full(tmp_path):
-    """disable_hybrid_kv_cache_manager makes vLLM size the sliding layers of a mixed model as
-    full attention (vllm 0.30.0 v1/core/kv_cache_utils.py unify_hybrid_kv_cache_specs)."""
-    root = _llm_with(tmp_path, model_type="gemma3_text", sliding_window=1024, num_hidden_layers=12,
-                     max_position_embeddings=65536)
-    plan_path = tmp_path / "plan.yaml"
-    result = CliRunner().invoke(main, ["--gpus", "1xH100-80GB", "--model", str(root), "--max-model-len", "65536",
-                                       "-o", str(plan_path), "-q"])
-    assert result.exit_code == 0, result.stderr
-    off = tmp_path / "off.yaml"
-    off.write_text(plan_path.read_text().replace("  enforce_eager:", "  disable_hybrid_kv_cache_manager: true\n"
-                                                                     "  enforce_eager:", 1))
-    tokens = []
-    for path in (plan_path, off):
-        checked = CliRunner().invoke(main, ["check", str(path), "--gpus", "1xH100-80GB", "--model", str(root),
-                                            "--format", "json"])
-        tokens.append(json.loads(checked.stdout)["stages"][0]["kv_cache_tokens"])
-    assert tokens[1] < tokens[0] / 2.5  # 12 full layers against 1 full group and 5 windowed ones (2.58x)
-
-
 def test_a_qwen2_config_listing_mixed_layer_types_is_refused(tmp_path):
     root = _llm_with(tmp_path, model_type="qwen3", sliding_window=4096, use_sliding_window=True,
                      layer_types=["sliding_attention", "full_attention"])
@@ -329,7 +309,10 @@ def test_a_qwen2_config_listing_mixed_layer_types_is_refused(tmp_path):
     assert result.exit_code == 2 and "layer_types mix" in result.stderr
 
 
-def test_a_kv_transfer_config_counts_the_worse_of_hybrid_and_full(tmp_path):
+def test_a_file_without_the_hybrid_manager_or_with_a_kv_connector_is_judged_as_vllm_sizes_it(tmp_path):
+    """disable_hybrid_kv_cache_manager makes vLLM size the sliding layers of a mixed model as
+    full attention (vllm 0.30.0 v1/core/kv_cache_utils.py unify_hybrid_kv_cache_specs); a
+    kv_transfer_config's connector may do the same, so the worse of the two is counted."""
     root = _llm_with(tmp_path, model_type="gemma3_text", sliding_window=1024, num_hidden_layers=12,
                      max_position_embeddings=65536)
     plan_path = tmp_path / "plan.yaml"
@@ -345,4 +328,5 @@ def test_a_kv_transfer_config_counts_the_worse_of_hybrid_and_full(tmp_path):
         checked = CliRunner().invoke(main, ["check", str(path), "--gpus", "1xH100-80GB", "--model", str(root),
                                             "--format", "json"])
         tokens[name] = json.loads(checked.stdout)["stages"][0]["kv_cache_tokens"]
+    assert tokens["off"] < tokens["hybrid"] / 2.5  # 12 full layers against 1 full group and 5 windowed ones (2.58x)
     assert tokens["connector"] == min(tokens["hybrid"], tokens["off"])
