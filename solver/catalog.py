@@ -280,7 +280,8 @@ def _format_validation_error(filename: str, exc: ValidationError) -> str:
 def _extended(variant: dict, filename: str) -> dict:
     """A variant over the catalog file it `extends` (a sibling checkpoint of one pipeline):
     its top-level keys replace the base's; its `stages` are partial stages matched by name,
-    each key replacing the base stage's. One level only: a base extends nothing."""
+    each key replacing the base stage's, or whole stages the base lacks (a stage_id after the
+    base's last), appended. One level only: a base extends nothing."""
     base_name = variant["extends"]
     folder = resources.files("omni_autoconf.models")
     if not isinstance(base_name, str) or not base_name.endswith(".yaml") or "/" in base_name \
@@ -294,9 +295,13 @@ def _extended(variant: dict, filename: str) -> dict:
     by_name = {st.get("name"): st for st in stages}
     for partial in variant.get("stages") or []:
         target = by_name.get(partial.get("name")) if isinstance(partial, dict) else None
-        if target is None:
-            raise CatalogError(f"{filename}: stages: {partial!r} names no stage of {base_name}")
-        target.update(partial)
+        if target is not None:
+            target.update(partial)
+        elif isinstance(partial, dict) and partial.get("stage_id") == len(stages):
+            stages.append(dict(partial))
+        else:
+            raise CatalogError(f"{filename}: stages: {str(partial)[:200]} names no stage of {base_name}, and is not "
+                               f"a whole stage {len(stages)} to append")
     merged["stages"] = stages
     return merged
 

@@ -81,8 +81,19 @@ def test_the_06b_variant_replaces_only_the_talker():
     assert small.stage("talker").transformer.hidden_size == 1024 != large.stage("talker").transformer.hidden_size
 
 
+def test_the_two_stage_step_audio_keeps_the_asr_thinker_and_appends_token2wav():
+    two, asr = lookup_model("step-audio-2-mini"), lookup_model("step-audio-2-mini-asr")
+    assert [s.name for s in two.stages] == ["thinker", "token2wav"]
+    thinker = two.stage("thinker")
+    assert thinker.components == asr.stage("thinker").components
+    assert thinker.encoder_profile == asr.stage("thinker").encoder_profile
+    assert thinker.defaults["deploy"].max_num_batched_tokens == 8192  # step_audio_2.yaml's, not the ASR file's 2048
+    assert not two.stage("token2wav").has_kv_cache and "pipeline" not in two.deploy_top
+
+
 @pytest.mark.parametrize("text, needle", [
     ("extends: nowhere.yaml\nname: x\n", "is not a catalog file beside it"),
+    ("extends: qwen3-tts-1.7b.yaml\nname: x\nstages:\n  - {stage_id: 3, name: vocoder}\n", "not a whole stage 2"),
     ("extends: ../qwen3-tts-1.7b.yaml\nname: x\n", "is not a catalog file beside it"),
     ("extends: qwen3-tts-1.7b.yaml\nname: x\nstages:\n  - {name: vocoder, dtype: float32}\n", "names no stage"),
     ("extends: qwen3-tts-0.6b.yaml\nname: x\n", "one level only"),
@@ -320,6 +331,24 @@ def test_step_audio_2_on_one_l4_fails_at_07_and_starts_at_08_as_its_ci_did(versi
     assert stage.run.memory.weights_bytes >= 15.59 * GiB
 
 
+@pytest.mark.parametrize("version", ["0.28", "0.30"])
+@pytest.mark.parametrize("name", ["step_audio_2.yaml", "step_audio_2_async_chunk.yaml"])
+def test_the_two_stage_step_audio_files_start_and_a_token2wav_fraction_below_its_use_is_flagged(
+        name, version, tmp_path):
+    from wheels import wheel_root
+
+    bundled = wheel_root(version) / "vllm_omni" / "deploy" / name
+    report = _check_at(bundled, "2xH100-80GB", "step-audio-2-mini", version)
+    assert report.ok, [p.message for p in report.problems]
+    thinker, token2wav = report.stages
+    assert thinker.run.has_kv and not token2wav.run.has_kv and thinker.max_concurrency > 1
+    # token2wav builds its models on the first request: a fraction below what it then holds is flagged
+    squeezed = tmp_path / name
+    squeezed.write_text(bundled.read_text().replace("gpu_memory_utilization: 0.2\n", "gpu_memory_utilization: 0.02\n"))
+    codes = {p.code for p in _check_at(squeezed, "2xH100-80GB", "step-audio-2-mini", version).problems}
+    assert "fraction-below-usage" in codes
+
+
 def test_the_step_audio_encoder_profile_grows_with_the_batch_it_is_given():
     """max_num_batched_tokens // 250 items of 25 s audio are encoded at once."""
     thinker = lookup_model("step-audio-2-mini-asr").stage("thinker")
@@ -349,7 +378,9 @@ def test_a_stage_without_kv_gets_the_max_model_len_its_bundled_file_sets():
     assert "max_model_len" not in doc["stages"][2]
 
 
-def test_a_step_audio_2_directory_plans_as_the_asr_pipeline_with_its_header_weights(tmp_path):
+def test_a_step_audio_2_directory_plans_its_model_types_pipeline_with_its_header_weights(tmp_path):
+    """model_type step_audio_2 resolves to the two-stage pipeline (the ASR one needs `pipeline:`);
+    token2wav's weights are .pt/.onnx files, so its catalog estimate stays."""
     import json
 
     from test_checkpoints import write_safetensors
@@ -360,13 +391,16 @@ def test_a_step_audio_2_directory_plans_as_the_asr_pipeline_with_its_header_weig
     tensors = {"model.layers.weight": ("BF16", [6_525_600_000]), "lm_head.weight": ("BF16", [568_900_000]),
                "encoder.blocks.weight": ("BF16", [637_000_000]), "adapter.linear.weight": ("BF16", [14_900_000])}
     write_safetensors(tmp_path / "model.safetensors", tensors)
-    result = _run("--gpus", "1xL4", "--model", str(tmp_path), "--format", "json", "-q")
+    result = _run("--gpus", "1xH100-80GB", "--model", str(tmp_path), "--format", "json", "-q")
     assert result.exit_code == 0, result.stderr
     data = json.loads(result.stdout)
-    assert data["model"] == "step-audio-2-mini-asr"
-    residual = next(c for c in lookup_model("step-audio-2-mini-asr").stages[0].components if c.name == "logged_residual")
+    assert data["model"] == "step-audio-2-mini"
+    catalog = lookup_model("step-audio-2-mini")
+    residual = next(c for c in catalog.stages[0].components if c.name == "logged_residual")
     stored = 2 * (6_525_600_000 + 568_900_000 + 637_000_000 + 14_900_000)
     assert data["stages"][0]["weights_bytes"] == stored + residual.params
+    assert data["stages"][1]["weights_bytes"] == sum(4 * c.params for c in catalog.stage("token2wav").components)
+    assert any("token2wav: its weights are not in safetensors" in n for n in data["model_notes"])
 
 
 def test_check_refuses_what_the_model_itself_refuses_and_a_missing_pipeline_key(tmp_path):
