@@ -118,6 +118,8 @@ def _candidates(request: Request, budget: _Budget) -> Iterator[Fix]:
 
 def _shorter_context(request: Request, budget: _Budget) -> Iterator[Fix]:
     kv_stages = [st for st in request.pipeline.stages if st.has_kv_cache]
+    if not kv_stages:  # no context to shorten (a diffusion or codec-only pipeline)
+        return
     current = max(request.max_model_len.get(st.name, st.default_max_model_len(request.schema)) for st in kv_stages)
 
     def with_len(steps: int) -> Request:

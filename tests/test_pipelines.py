@@ -91,8 +91,29 @@ def test_the_two_stage_step_audio_keeps_the_asr_thinker_and_appends_token2wav():
     assert not two.stage("token2wav").has_kv_cache and "pipeline" not in two.deploy_top
 
 
+def test_the_single_stage_bagel_is_the_dit_alone_and_starts_where_its_file_runs():
+    from wheels import wheel_root
+
+    single, two = lookup_model("bagel-7b-mot-single-stage"), lookup_model("bagel-7b-mot")
+    (dit,) = single.stages
+    assert dit.stage_id == 0 and dit.components == two.stage("dit").components and dit.role == "diffusion"
+    assert "input_connectors" not in dit.deploy_fields and single.deploy_top["pipeline"] == "bagel_single_stage"
+    bundled = wheel_root("0.30") / "vllm_omni" / "deploy" / "bagel_single_stage.yaml"
+    assert _check_at(bundled, "1xA100-80GB", "bagel-7b-mot-single-stage", "0.30").ok
+    small = _check_at(bundled, "1xRTX5090", "bagel-7b-mot-single-stage", "0.30")  # loads, then its peak OOMs
+    assert "diffusion-peak-beyond-free" in {p.code for p in small.errors}
+
+
+@pytest.mark.parametrize("model", ["bagel-7b-mot-single-stage", "moss-tts-nano"])
+def test_a_pipeline_without_kv_that_fits_nowhere_says_why(model):
+    """The fix search once crashed looking for a context to shorten in a pipeline without one."""
+    result = _run("--gpus", "1xT4", "--model", model, "--buffer", "14.5", "-q")
+    assert result.exit_code == 1 and "no plan fits" in result.stderr and "internal error" not in result.stderr
+
+
 @pytest.mark.parametrize("text, needle", [
     ("extends: nowhere.yaml\nname: x\n", "is not a catalog file beside it"),
+    ("extends: bagel-7b-mot.yaml\nname: x\nkeep_stages: [vae]\n", "must list distinct stage names"),
     ("extends: qwen3-tts-1.7b.yaml\nname: x\nstages:\n  - {stage_id: 3, name: vocoder}\n", "not a whole stage 2"),
     ("extends: ../qwen3-tts-1.7b.yaml\nname: x\n", "is not a catalog file beside it"),
     ("extends: qwen3-tts-1.7b.yaml\nname: x\nstages:\n  - {name: vocoder, dtype: float32}\n", "names no stage"),
