@@ -101,6 +101,9 @@ def read_local(directory: str) -> Checkpoint:
         raise InputError(f"{directory}: not a directory")
     config_path = root / "config.json"
     if not config_path.is_file():
+        if (root / "params.json").is_file():  # Mistral's own format (Voxtral TTS), which vLLM reads by config_format
+            raise InputError(f"{root}: a Mistral-format directory (params.json, no config.json) is not read; plan a "
+                             f"catalog pipeline by its name (`omni-autoconf models` lists them)")
         raise InputError(f"{config_path}: missing; a model directory needs its config.json")
     return Checkpoint(str(root), _json(config_path), tuple(_shard_tensors(root, directory)))
 
