@@ -61,7 +61,7 @@ def _fits(problem: Problem, picks) -> bool:
         if len(held) != len(set(held)):
             return False
     for g, gpu in enumerate(problem.gpus):
-        capacity = R * ((gpu.total_bytes - problem.reserve_bytes) // MiB)
+        capacity = R * (problem.usable_bytes(gpu) // MiB)
         for members in problem.coresident:
             used = 0
             for s in members:

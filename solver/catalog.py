@@ -181,6 +181,10 @@ class PipelineSpec(Strict):
     checkpoint_subfolders: list[str] = Field(
         default_factory=list, description="Folders of the checkpoint with shards of their own (tensors named SUB/...).")
     sources: dict[str, str] = Field(default_factory=dict, description="Citations used by the fields.")
+    frontend_gpu_bytes: int = Field(
+        default=0, ge=0, description="What the API process itself loads on the first GPU once serving (a "
+        "front-end encoder its input processor runs), outside every stage's fraction.")
+    frontend_gpu_source: str | None = None
 
     @model_validator(mode="after")
     def _check(self) -> "PipelineSpec":
@@ -192,6 +196,8 @@ class PipelineSpec(Strict):
             raise ValueError(f"stage names must be distinct, got {names}")
         if self.deploy_versions != "0.20-" and self.deploy_versions_source is None:
             raise ValueError("deploy_versions other than 0.20- needs deploy_versions_source")
+        if self.frontend_gpu_bytes and not self.frontend_gpu_source:
+            raise ValueError("frontend_gpu_bytes needs frontend_gpu_source")
         schemas = ("deploy",) if self.legacy_versions is None else SCHEMAS
         for st in self.stages:
             missing = set(schemas) - set(st.defaults)

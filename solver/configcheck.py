@@ -249,6 +249,6 @@ def check_config(pipeline: PipelineSpec, gpus: list[Gpu], version: OmniVersion, 
     index = {st.name: i for i, st in enumerate(pipeline.stages)}
     groups = tuple(tuple(index[n] for n in group) for group in exclusive)
     startup = simulate(runs, gpus, upstream=upstream, parallel_init=parallel_init,
-                       margin=margin_bytes(buffer_bytes), exclusive_groups=groups)
+                       margin=margin_bytes(buffer_bytes), exclusive_groups=groups, frontend=pipeline.frontend_gpu_bytes)
     return CheckReport(config, version, upstream, parallel_init, tuple(settings), startup,
                        tuple(problems) + startup.problems)

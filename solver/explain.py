@@ -53,7 +53,8 @@ def _describe(problem: Problem, group: str, subject: str) -> str:
             f"GPUs {','.join(map(str, members))} ({gpu.name}) each hold")
         return (
             f"{who} at most {_gib(problem.usable_bytes(gpu))} of stage memory "
-            f"(total {_gib(gpu.total_bytes)} less the {_gib(problem.reserve_bytes)} margin)"
+            f"(total {_gib(gpu.total_bytes)} less the {_gib(problem.reserve_bytes)} margin"
+            + (f" and the API process's {_gib(problem.frontend_bytes)})" if gpu.index == 0 and problem.frontend_bytes else ")")
         )
     st = _stage(problem, subject)
     opt = _cheapest(st)

@@ -243,6 +243,7 @@ def build_problem(request: Request) -> tuple[Problem, dict[str, StageKnobs]]:
         reserve_bytes=request.margin_bytes,
         exclusive_groups=request.exclusive_indices(),
         shared_gpus=len({g.node for g in request.gpus}) == 1,
+        frontend_bytes=request.pipeline.frontend_gpu_bytes,
     )
     return problem, knobs
 
@@ -314,15 +315,15 @@ def stage_runs(request: Request, problem: Problem, knobs: dict[str, StageKnobs],
                              bounded=st.bounded_by_fraction, vllm=request.version.vllm))
     if request.pin_kv:  # the pinned figure is the KV the fraction gives: the same start-up
         report = simulate(runs, list(request.gpus), upstream=False, parallel_init=True, margin=request.margin_bytes,
-                          exclusive_groups=request.exclusive_indices())
+                          exclusive_groups=request.exclusive_indices(), frontend=request.pipeline.frontend_gpu_bytes)
         runs = [replace(r, kv_pinned_bytes=o.kv_cache_bytes) if r.has_kv else r for r, o in zip(runs, report.stages)]
     return runs
 
 
 def startup_report(request: Request, runs: list[StageRun]) -> StartupReport:
     """The start-up model on a plan: vLLM-Omni's capping, the admission rule, the margin."""
-    return simulate(runs, list(request.gpus), upstream=False, parallel_init=True,
-                    margin=request.margin_bytes, exclusive_groups=request.exclusive_indices())
+    return simulate(runs, list(request.gpus), upstream=False, parallel_init=True, margin=request.margin_bytes,
+                    exclusive_groups=request.exclusive_indices(), frontend=request.pipeline.frontend_gpu_bytes)
 
 
 def assemble(request: Request, problem: Problem, knobs: dict[str, StageKnobs], solution: cpsat.Solution) -> Plan:

@@ -96,13 +96,16 @@ class Problem:
     # is its own process, started without vLLM-Omni's per-GPU init locks, and vLLM sizes
     # its KV cache from what the GPU has free, neighbours' loading included.
     shared_gpus: bool = True
+    # Memory the pipeline's API process takes on the first GPU once serving (a model's
+    # front-end encoder), outside every stage: that GPU's usable memory is less by it.
+    frontend_bytes: int = 0
     coresident: tuple[tuple[int, ...], ...] = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "coresident", resident_sets(len(self.stages), self.exclusive_groups))
 
     def usable_bytes(self, gpu: Gpu) -> int:
-        return gpu.total_bytes - self.reserve_bytes
+        return gpu.total_bytes - self.reserve_bytes - (self.frontend_bytes if gpu.index == 0 else 0)
 
     def gpu_classes(self) -> list[list[int]]:
         """GPU indices that no rule tells apart: on the same host, of the same kind and
@@ -111,7 +114,7 @@ class Problem:
         classes: dict[tuple, list[int]] = {}
         for g, gpu in enumerate(self.gpus):
             pins = tuple(s for s, st in enumerate(self.stages) if st.pinned_devices and g in st.pinned_devices)
-            classes.setdefault((gpu.node, gpu.name, gpu.total_bytes, pins), []).append(g)
+            classes.setdefault((gpu.node, gpu.name, self.usable_bytes(gpu), pins), []).append(g)
         return list(classes.values())
 
     def nodes(self) -> list[str]:

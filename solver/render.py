@@ -187,6 +187,9 @@ def header(plan: Plan) -> str:
         )
     if not all(sp.stage.bounded_by_fraction for sp in plan.stages):
         lines.append(f"Note: {DIFFUSION_UTIL_NOTE}.")
+    if plan.request.pipeline.frontend_gpu_bytes:
+        lines.append(f"Note: GPU 0's outside holds {_gib(plan.request.pipeline.frontend_gpu_bytes)} GiB for the API process's "
+                     "own front-end encoder, loaded on the first request that needs it.")
     for sp in plan.stages:
         kv = "no KV cache"
         if sp.stage.has_kv_cache:

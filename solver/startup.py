@@ -166,12 +166,14 @@ def simulate(
     parallel_init: bool,
     margin: int,
     exclusive_groups: tuple[tuple[int, ...], ...] = (),
+    frontend: int = 0,
 ) -> StartupReport:
     """Walk the start-up of `runs` on `gpus` (every co-resident set) and report every
     predicted problem, each stage's KV cache and each GPU's memory map.
 
     `upstream`: upstream vLLM's refusal when free < requested, else vLLM-Omni's capping.
-    `runs[i]` must be stage i of the pipeline (exclusive groups name indices)."""
+    `runs[i]` must be stage i of the pipeline (exclusive groups name indices); `frontend`:
+    what the API process takes on GPU 0 once serving (catalog frontend_gpu_bytes)."""
     sets = resident_sets(len(runs), exclusive_groups)
     problems: list[CheckProblem] = []
     if parallel_init:
@@ -199,9 +201,11 @@ def simulate(
         _diffusion_peaks(runs, members, started, gpus, used, problems)
         for gpu in gpus:
             g = gpu.index
+            used[g] += frontend if g == 0 else 0
             if used[g] > sum(fullest[g]):
                 fullest[g] = (requested_on[g], used[g] - requested_on[g])
-            problems += _final_state(gpu, used[g], margin, [runs[i].name for i in members if g in runs[i].devices])
+            names = [runs[i].name for i in members if g in runs[i].devices] + (["the API process"] if frontend and g == 0 else [])
+            problems += _final_state(gpu, used[g], margin, names)
     outcomes = []
     for i, run in enumerate(runs):
         kv = 0

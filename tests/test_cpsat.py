@@ -154,6 +154,20 @@ def test_cpsat_matches_brute_force_on_random_small_instances(seed):
     _assert_brute_force_agrees(_random_problem(seed))
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_an_api_process_front_end_on_gpu_0_binds_there_and_agrees_with_brute_force(seed):
+    """GPU 0 loses the front-end's bytes; GPUs of its kind no longer swap with it."""
+    from dataclasses import replace
+
+    base = _random_problem(seed)
+    sizes = [g.total_bytes // GiB for g in base.gpus]
+    problem = replace(Problem(gpus(sizes[0], *sizes), base.stages, base.resolution, base.reserve_bytes,
+                              base.exclusive_groups), frontend_bytes=6 * GiB)
+    assert problem.usable_bytes(problem.gpus[0]) == problem.usable_bytes(problem.gpus[1]) - 6 * GiB
+    assert [0] in problem.gpu_classes()
+    _assert_brute_force_agrees(problem)
+
+
 def _random_replica_problem(seed: int) -> Problem:
     """Up to 4 GPUs of one or two sizes, stages that may run up to 3 replicas."""
     import random

@@ -474,3 +474,52 @@ def test_a_mistral_format_directory_is_refused_in_one_line(tmp_path):
     (tmp_path / "params.json").write_text('{"dim": 3072}')
     result = _run("--gpus", "1xH20", "--model", str(tmp_path), "-q")
     assert result.exit_code == 2 and "Mistral-format directory" in result.stderr
+
+
+def _on_48gb_cards(path, count):
+    """vLLM-Omni's GLM-TTS recipe ran on 48 GB cards of 49,140 MiB (not in the GPU catalog)."""
+    from omni_autoconf.configcheck import check_config
+    from omni_autoconf.configfile import read_config
+    from omni_autoconf.gpus import Gpu
+
+    gpus = [Gpu(index=i, name="RTX4090-48GB", total_bytes=49_140 * 2**20) for i in range(count)]
+    return check_config(lookup_model("glm-tts"), gpus, omni_version("0.30"), read_config(str(path)))
+
+
+def test_glm_tts_holds_no_less_than_its_measured_peaks_front_end_included(tmp_path):
+    """NVML peaks of the bundled file (https://github.com/vllm-project/vllm-omni/pull/5769): one
+    card 31.52 GiB; two cards 29.23 GiB (stage 0 and the API process's voice-clone encoder) and
+    2.91 GiB (stage 1 alone). `check` may hold more, never less."""
+    from wheels import wheel_root
+
+    bundled = wheel_root("0.30") / "vllm_omni" / "deploy" / "glm_tts.yaml"
+    one = _on_48gb_cards(bundled, 1)
+    assert one.ok and one.startup.gpus[0].used_bytes >= 31.52 * GiB
+    split = tmp_path / "split.yaml"
+    split.write_text(bundled.read_text().replace('devices: "0"\n    enable_prefix_caching', 'devices: "1"\n    enable_prefix_caching'))
+    two = _on_48gb_cards(split, 2)
+    assert two.ok and [s.run.devices for s in two.stages] == [(0,), (1,)]
+    gpu0, gpu1 = two.startup.gpus
+    assert gpu0.used_bytes >= 29.23 * GiB and gpu1.used_bytes >= 2.91 * GiB
+    # the front-end is on GPU 0 only: take it away and GPU 0 holds 2 GiB less, GPU 1 the same
+    bare = lookup_model("glm-tts").model_copy(update={"frontend_gpu_bytes": 0})
+    from omni_autoconf.configcheck import check_config
+    from omni_autoconf.configfile import read_config
+
+    without = check_config(bare, [g.gpu for g in two.startup.gpus], omni_version("0.30"), read_config(str(split)))
+    assert gpu0.used_bytes - without.startup.gpus[0].used_bytes == 2 * GiB
+    assert gpu1.used_bytes == without.startup.gpus[1].used_bytes
+
+
+def test_the_planner_leaves_the_front_end_room_on_gpu_0_and_check_flags_a_file_that_does_not():
+    import json
+
+    data = json.loads(_run("--gpus", "1xL4", "--model", "glm-tts", "--format", "json", "-q").stdout)
+    gpu = data["gpus"][0]
+    assert gpu["total_bytes"] - gpu["requested_bytes"] - gpu["outside_bytes"] >= gpu["margin_bytes"]
+    assert gpu["outside_bytes"] >= 2 * GiB
+    from wheels import wheel_root
+
+    report = _check_at(wheel_root("0.30") / "vllm_omni" / "deploy" / "glm_tts.yaml", "1xL4", "glm-tts", "0.30")
+    (problem,) = report.errors  # stage 0 at 0.55 and stage 1's 0.25, held whole, leave no room for it
+    assert problem.code == "gpu-oversubscribed" and "the API process" in problem.message
