@@ -17,7 +17,7 @@ from pydantic import Field, ValidationError, model_validator
 
 from .catalog_parts import (  # noqa: F401  (re-exported: the parts are catalog vocabulary)
     VERSIONS_PATTERN, BatchRule, Component, DeployTopOverlay, DiffusionProfile, EncoderProfile, GenerationProfile, LegacyOverlay, MemoryDefaults,
-    Strict, TpEvidence, Transformer, VisionTower,
+    ServingOutside, Strict, TpEvidence, Transformer, VisionTower,
 )
 from .errors import CatalogError, InputError
 from .vllm_facts import in_range, range_text
@@ -63,6 +63,7 @@ class StageSpec(Strict):
     encoder_profile: EncoderProfile | None = Field(default=None, description="An estimate where no tower is derived.")
     generation_profile: GenerationProfile | None = None
     diffusion_profile: DiffusionProfile | None = None
+    serving_outside: ServingOutside | None = None
     tp_degrees: list[int] = Field(min_length=1, description="TP degrees vLLM accepts for this stage.")
     tp_tested: list[TpEvidence] = Field(
         min_length=1, description="The degrees upstream runs, with evidence: the only ones planned by default."
@@ -263,7 +264,8 @@ class PipelineSpec(Strict):
         on; vllm/engine/arg_utils.py _set_default_chunked_prefill_and_prefix_caching_args)."""
         if schema == "deploy":
             extras = stage.deploy_fields.get("engine_extras") or {}
-            value = extras.get("enable_chunked_prefill", stage.deploy_fields.get("enable_chunked_prefill"))
+            value = extras.get("enable_chunked_prefill", stage.deploy_fields.get(
+                "enable_chunked_prefill", self.deploy_top.get("enable_chunked_prefill")))  # a pipeline-wide key
         else:
             value = stage.legacy_engine_args.get("enable_chunked_prefill")
         return True if value is None else bool(value)

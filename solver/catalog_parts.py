@@ -152,6 +152,18 @@ class GenerationProfile(Strict):
         default=0, ge=0,
         description="Per-request decoder state held for every one of max_num_seqs rows (model-local KV).",
     )
+    frames_per_seq: int = Field(
+        default=0, ge=0, description="Set: a step decodes at most this many frames per request, so at most "
+        "max_num_seqs x this (a streaming window: left context plus chunk).")
+    source: str = Field(min_length=1)
+
+
+class ServingOutside(Strict):
+    """Memory a stage's process takes while serving beyond what its fraction accounts for
+    (an encoder run on request inputs that no profile run sees); held on each of its GPUs."""
+
+    bytes: int = Field(gt=0)
+    assumes: str = Field(min_length=1, description="The request it is sized for, e.g. a 30 s reference clip.")
     source: str = Field(min_length=1)
 
 

@@ -65,6 +65,7 @@ class StageMemory:
     # sliding-window layers in the hybrid pool: (layer bytes per token, layers, sliding
     # layers, window, max_num_batched_tokens) for hybrid_kv.longest_request; None otherwise
     hybrid_geometry: tuple[int, int, int, int, int] | None = None
+    serving_outside_bytes: int = 0  # taken while serving, beyond the fraction (catalog serving_outside)
 
     @property
     def inside_bytes(self) -> int:
@@ -79,9 +80,10 @@ class StageMemory:
     def outside_bytes(self) -> int:
         """Memory the process holds on the GPU beyond its request (the worse reading)."""
         before = self.context_bytes + self.nccl_bytes + self.runner_bytes
+        late = self.graph_reserve_bytes + self.serving_outside_bytes
         if self.accounting == "either":
-            return self.graph_reserve_bytes + max(before, self.activation_bytes - self.persistent_bytes)
-        return self.graph_reserve_bytes + before
+            return late + max(before, self.activation_bytes - self.persistent_bytes)
+        return late + before
 
     @property
     def overhead_bytes(self) -> int:
@@ -161,6 +163,8 @@ def activation_peak(stage: StageSpec, tp: int, knobs: StageKnobs, version: OmniV
             frames = gp.chunk_frames
         elif not (knobs.async_chunk and gp.whole_batch_when_streaming):
             frames = min(frames, gp.chunk_frames)
+        if gp.frames_per_seq:
+            frames = min(frames, knobs.max_num_seqs * gp.frames_per_seq)
         return frames * gp.bytes_per_frame, 0
     terms = profile_terms(stage, tp, knobs.max_model_len, knobs.max_num_seqs, knobs.max_num_batched_tokens, version)
     return terms.peak, terms.persistent
@@ -191,6 +195,7 @@ def stage_memory(stage: StageSpec, tp: int, knobs: StageKnobs, version: OmniVers
         accounting=version.kv_accounting if stage.has_kv_cache else "profile",
         load_buffer_bytes=deepstack,
         state_bytes=state,
+        serving_outside_bytes=stage.serving_outside.bytes if stage.serving_outside is not None else 0,
     )
 
 

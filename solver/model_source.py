@@ -34,6 +34,7 @@ _OMNI = {"qwen3_omni_moe": lambda cfg: "qwen3-omni-moe" if cfg.get("enable_audio
          "qwen3_tts": lambda cfg: "qwen3-tts-0.6b" if optional_mapping(cfg, "talker_config", "config.json").get("hidden_size") == 1024
          else "qwen3-tts-1.7b",
          "step_audio_2": lambda cfg: "step-audio-2-mini",
+         "fish_qwen3_omni": lambda cfg: "fish-s2-pro",
          "qwen2_5_omni": lambda cfg: "qwen2.5-omni-3b" if _thinker_hidden(cfg) == 2048 else "qwen2.5-omni-7b"}
 
 

@@ -319,7 +319,7 @@ def _start_stage(run: StageRun, gpus: list[Gpu], used: dict[int, int], upstream:
             held = budgets[d] if run.has_kv else max(0 if d in capped else budgets[d], memory.inside_bytes)
             if run.has_kv and run.kv_pinned_bytes:
                 held = max(budgets[d], memory.inside_bytes + run.kv_pinned_bytes)
-            used[d] += held + memory.graph_reserve_bytes
+            used[d] += held + memory.graph_reserve_bytes + memory.serving_outside_bytes
         else:  # the process exits and frees its context
             used[d] -= before_snapshot
     return started, budgets

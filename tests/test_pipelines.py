@@ -523,3 +523,55 @@ def test_the_planner_leaves_the_front_end_room_on_gpu_0_and_check_flags_a_file_t
     report = _check_at(wheel_root("0.30") / "vllm_omni" / "deploy" / "glm_tts.yaml", "1xL4", "glm-tts", "0.30")
     (problem,) = report.errors  # stage 0 at 0.55 and stage 1's 0.25, held whole, leave no room for it
     assert problem.code == "gpu-oversubscribed" and "the API process" in problem.message
+
+
+def test_fish_counts_its_checkpoint_exactly_and_what_it_builds_beyond_it():
+    pipeline = lookup_model("fish-s2-pro")
+    slow_ar = pipeline.stage("slow_ar")
+    assert sum(c.params for c in slow_ar.components if c.in_checkpoint) == 4_561_852_416  # the shards' count
+    knobs = StageKnobs(16384, 4, 16384, False, "auto", True)
+    memory = stage_memory(slow_ar, 1, knobs, omni_version("0.30"))
+    assert memory.kv_bytes_per_token == 2 * 36 * 8 * 128 * 2
+    assert 10.7 * GiB < memory.weights_bytes < 10.9 * GiB  # the head twice and the fp32 DAC encoder: 10.78 GiB
+    assert memory.outside_bytes - stage_memory(slow_ar.model_copy(update={"serving_outside": None}), 1, knobs,
+                                               omni_version("0.30")).outside_bytes == slow_ar.serving_outside.bytes
+
+
+@pytest.mark.parametrize("seqs, frames", [(1, 75), (4, 300), (64, 1638)])
+def test_the_dac_decodes_each_requests_window_up_to_what_the_batch_holds(seqs, frames):
+    dac = lookup_model("fish-s2-pro").stage("dac_decoder")
+    memory = stage_memory(dac, 1, StageKnobs(16384, seqs, 16384, True, "auto", True), omni_version("0.30"))
+    assert memory.activation_bytes == frames * dac.generation_profile.bytes_per_frame
+
+
+@pytest.mark.parametrize("name, gpus", [("fish_qwen3_omni_2gpu.yaml", "2xH100-80GB"),  # "validated on H100x2"
+                                        ("fish_qwen3_omni_high_concurrency_dual_gpu.yaml", "2xH100-80GB"),
+                                        ("fish_qwen3_omni_high_concurrency_single_gpu.yaml", "1xH100-80GB")])
+def test_the_other_fish_files_start_on_the_cards_they_name(name, gpus):
+    from wheels import wheel_root
+
+    report = _check_at(wheel_root("0.30") / "vllm_omni" / "deploy" / name, gpus, "fish-s2-pro", "0.30")
+    assert report.ok and not report.problems, [p.message for p in report.problems]
+
+
+def test_a_fish_directory_takes_its_weights_from_the_headers_and_keeps_the_codecs_estimate(tmp_path):
+    import json
+
+    from test_checkpoints import write_safetensors
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "fish_qwen3_omni"}))
+    tensors = {"text_model.model.layers.0.weight": ("BF16", [3_633_511_936]),
+               "text_model.model.embeddings.weight": ("BF16", [398_786_560]),
+               "audio_decoder.codebook_embeddings.weight": ("BF16", [104_857_600]),
+               "audio_decoder.layers.0.weight": ("BF16", [424_696_320])}
+    write_safetensors(tmp_path / "model.safetensors", tensors)
+    result = _run("--gpus", "1xH20", "--model", str(tmp_path), "--format", "json", "-q")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    catalog = lookup_model("fish-s2-pro")
+    built = sum(stage_memory(catalog.stage("slow_ar").model_copy(update={"components": [c]}), 1,
+                             StageKnobs(16384, 4, 16384, False), omni_version("0.30")).weights_bytes
+                for c in catalog.stage("slow_ar").components if not c.in_checkpoint)
+    assert data["model"] == "fish-s2-pro"
+    assert data["stages"][0]["weights_bytes"] == 2 * 4_561_852_416 + built
+    assert any("dac_decoder: its weights are not in safetensors" in n for n in data["model_notes"])

@@ -29,6 +29,7 @@ FILES = {  # catalog model -> its bundled file, legacy (0.14-0.18) and deploy (0
     "moss-tts-nano": (None, "deploy/moss_tts_nano.yaml"),  # "Verified on 1x L4 24GB"
     "voxtral-4b-tts": (None, "deploy/voxtral_tts.yaml"),  # "Verified on 1× H20"
     "glm-tts": (None, "deploy/glm_tts.yaml"),  # "Verified on 1x A40 48GB"
+    "fish-s2-pro": (None, "deploy/fish_qwen3_omni.yaml"),  # "Verified on 1× H20"
 }
 VERSIONS = ["0.14", "0.16", "0.18", "0.20", "0.22", "0.24", "0.26", "0.28", "0.30"]
 VERIFIED = re.compile(r"(?:verified|validated here) on (?:(\d+)[x×] (H100|L4|H20|A40)|NVIDIA (A100) \(80GB\))", re.I)
