@@ -175,7 +175,8 @@ def header(plan: Plan) -> str:
                 f"UNTESTED: {sp.stage.name} at tensor_parallel_size {sp.tensor_parallel_size}: no vLLM-Omni "
                 f"{plan.request.version.name} config or test runs it (--allow-untested-tp)."
             )
-    lines.append("Per-GPU memory map (GiB; requested = ceil(total x gpu_memory_utilization)):")
+    lines.append("Per-GPU memory map (GiB; requested = ceil(total x gpu_memory_utilization), or what a stage "
+                 "without KV cache holds):")
     gpus = [g.gpu for g in plan.gpus]
     several = len(node_names(gpus)) > 1
     for g in plan.gpus:

@@ -14,9 +14,12 @@ memory (§2): upstream vLLM refuses to start, vLLM-Omni 0.24+ caps the request t
 free and the stage silently gets less KV. The weights must load into what is free; then
 vLLM's own checks: no memory for cache blocks, or not enough for one request of
 max_model_len. A started stage then holds its whole budget plus what lies outside it
-(context, NCCL, CUDA graphs). A generation stage is held to its budget too: its fraction
-is the only bound vLLM puts on it, and counting less would be the optimistic error. A dense
-diffusion stage has no fraction at all: it is held at what it holds at its largest request.
+(context, NCCL, CUDA graphs). A stage without KV cache holds what it uses, whatever its
+fraction: vLLM allocates nothing from that fraction (v1/engine/core.py skips the memory
+profile of a stage without a KV spec), so its use is the catalog's peak, an estimate that
+errs high (a fraction below it is flagged). The planner still counts such a stage's whole
+fraction (cpsat.py), which it sizes to that use. A dense diffusion stage has no fraction at
+all: it is held at what it holds at its largest request.
 Once all are up, each GPU must keep the margin free (vLLM-Omni's 2 GiB admission reserve
 plus --buffer), and with `parallel_init`, vLLM-Omni's admission rule (§4) holds first.
 """
@@ -258,7 +261,6 @@ def _start_stage(run: StageRun, gpus: list[Gpu], used: dict[int, int], upstream:
     before_snapshot = memory.context_bytes + memory.nccl_bytes
     started = True
     budgets: dict[int, int] = {}
-    capped: set[int] = set()  # GPUs where a stage without KV cache got less than its fraction
     for d in run.devices:  # contexts (and NCCL) exist before the snapshot
         used[d] += before_snapshot
     for d in run.devices:
@@ -277,7 +279,6 @@ def _start_stage(run: StageRun, gpus: list[Gpu], used: dict[int, int], upstream:
                                          "or reduce GPU memory used by other processes.", numbers))
             started = False
         elif not run.has_kv:  # its fraction sizes nothing: capped, it loads and runs as before
-            capped.add(d)
             problems.append(CheckProblem("no-kv-fraction-capped", name, d, text + " Capping requested memory to "
                                          f"available free memory ({_g(free)} GiB); the stage sizes no KV cache "
                                          "from it, so it starts", numbers))
@@ -316,7 +317,7 @@ def _start_stage(run: StageRun, gpus: list[Gpu], used: dict[int, int], upstream:
             {"budget_gib": round(budgets[d] / GiB, 2), "needed_gib": round(memory.inside_bytes / GiB, 2)}))
     for d in run.devices:
         if started:  # the stage holds its budget (at least what it uses) and what lies outside it
-            held = budgets[d] if run.has_kv else max(0 if d in capped else budgets[d], memory.inside_bytes)
+            held = budgets[d] if run.has_kv else memory.inside_bytes  # no KV: its fraction allocates nothing
             if run.has_kv and run.kv_pinned_bytes:
                 held = max(budgets[d], memory.inside_bytes + run.kv_pinned_bytes)
             used[d] += held + memory.graph_reserve_bytes + memory.serving_outside_bytes

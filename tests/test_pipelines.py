@@ -501,6 +501,7 @@ def test_glm_tts_holds_no_less_than_its_measured_peaks_front_end_included(tmp_pa
     assert two.ok and [s.run.devices for s in two.stages] == [(0,), (1,)]
     gpu0, gpu1 = two.startup.gpus
     assert gpu0.used_bytes >= 29.23 * GiB and gpu1.used_bytes >= 2.91 * GiB
+    assert gpu1.used_bytes < 0.25 * gpu1.gpu.total_bytes  # stage 1 holds its use, not its inert 0.25
     # the front-end is on GPU 0 only: take it away and GPU 0 holds 2 GiB less, GPU 1 the same
     bare = lookup_model("glm-tts").model_copy(update={"frontend_gpu_bytes": 0})
     from omni_autoconf.configcheck import check_config
@@ -521,8 +522,10 @@ def test_the_planner_leaves_the_front_end_room_on_gpu_0_and_check_flags_a_file_t
     from wheels import wheel_root
 
     report = _check_at(wheel_root("0.30") / "vllm_omni" / "deploy" / "glm_tts.yaml", "1xL4", "glm-tts", "0.30")
-    (problem,) = report.errors  # stage 0 at 0.55 and stage 1's 0.25, held whole, leave no room for it
-    assert problem.code == "gpu-oversubscribed" and "the API process" in problem.message
+    # "fits 24GB cards": it starts, but once the front-end loads less than the margin is left
+    assert report.ok
+    (problem,) = report.problems
+    assert problem.code == "below-margin" and "the API process" in problem.message
 
 
 def test_fish_counts_its_checkpoint_exactly_and_what_it_builds_beyond_it():
