@@ -305,9 +305,11 @@ def _extended(variant: dict, filename: str) -> dict:
     if "keep_stages" in variant:
         keep = variant["keep_stages"]
         named = {st.get("name"): st for st in stages}
+        order = [st.get("name") for st in stages]
         if not isinstance(keep, list) or not keep or any(not isinstance(n, str) or n not in named for n in keep) \
-                or len(set(keep)) != len(keep):
-            raise CatalogError(f"{filename}: keep_stages {keep!r} must list distinct stage names of {base_name}")
+                or sorted(keep, key=order.index) != keep or len(set(keep)) != len(keep):
+            raise CatalogError(f"{filename}: keep_stages {keep!r} must list distinct stage names of {base_name}, "
+                               "in its order")
         stages = [{**named[n], "stage_id": i} for i, n in enumerate(keep)]
     by_name = {st.get("name"): st for st in stages}
     for partial in variant.get("stages") or []:

@@ -54,7 +54,8 @@ def _describe(problem: Problem, group: str, subject: str) -> str:
         return (
             f"{who} at most {_gib(problem.usable_bytes(gpu))} of stage memory "
             f"(total {_gib(gpu.total_bytes)} less the {_gib(problem.reserve_bytes)} margin"
-            + (f" and the API process's {_gib(problem.frontend_bytes)})" if gpu.index == 0 and problem.frontend_bytes else ")")
+            + (f" and the API process's {_gib(problem.frontend_bytes)})"
+               if problem.usable_bytes(gpu) < gpu.total_bytes - problem.reserve_bytes else ")")
         )
     st = _stage(problem, subject)
     opt = _cheapest(st)
@@ -148,7 +149,7 @@ def shortfalls(problem: Problem, stages: set[str] | None = None) -> list[str]:
         best = None
         for opt in [o for o in st.options if st.pinned_tp in (None, o.tp)]:
             need = opt.memory.inside_bytes + st.min_kv_bytes(opt)
-            worst = sorted(problem.gpus, key=lambda g: (-g.total_bytes, g.index))[opt.tp - 1]
+            worst = sorted(problem.gpus, key=lambda g: (-problem.usable_bytes(g), g.index))[opt.tp - 1]
             steps = -(-need * R // worst.total_bytes)  # a whole number of fraction steps
             footprint = requested_bytes(worst.total_bytes, steps, R) + opt.memory.outside_bytes
             short = footprint - problem.usable_bytes(worst)

@@ -68,6 +68,12 @@ def node_names(gpus) -> list[str]:
     return list(dict.fromkeys(g.node for g in gpus))
 
 
+def first_on_each_host(gpus) -> set[int]:
+    """The index of each host's first GPU: where an API process lands (cuda:0 of its host;
+    which host is the head is chosen after the plan, so every host's counts)."""
+    return {next(g.index for g in gpus if g.node == node) for node in node_names(gpus)}
+
+
 def local_index(gpus, gpu: Gpu) -> int:
     """The GPU's index on its own host: what a deploy file on that host names it by."""
     return sum(1 for g in gpus[:gpu.index] if g.node == gpu.node)

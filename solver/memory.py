@@ -86,6 +86,14 @@ class StageMemory:
         return late + before
 
     @property
+    def started_outside_bytes(self) -> int:
+        """What a started process holds beyond its request in the start-up model: context,
+        NCCL, graphs, and the runner's buffers where the KV measurement cannot see them (the
+        "either" reading counts them inside already). Serving-time memory comes later."""
+        runner = self.runner_bytes if self.accounting == "profile" else 0
+        return self.context_bytes + self.nccl_bytes + self.graph_reserve_bytes + runner
+
+    @property
     def overhead_bytes(self) -> int:
         """Everything that is neither weights, activations nor KV cache (state included)."""
         return self.inside_bytes - self.weights_bytes - self.activation_bytes + self.outside_bytes

@@ -40,7 +40,7 @@ _OMNI = {"qwen3_omni_moe": lambda cfg: "qwen3-omni-moe" if cfg.get("enable_audio
 
 # catalog pipelines whose checkpoint directories are not read yet (BAGEL's VAE sits in
 # ae.safetensors beside its shards, and both stages load tensors of one prefix)
-_CATALOG_ONLY = {"bagel": "bagel-7b-mot", "moss_tts_nano": "moss-tts-nano"}
+_CATALOG_ONLY = {"bagel": "bagel-7b-mot", "moss_tts_nano": "moss-tts-nano", "glm_tts": "glm-tts"}
 
 
 @dataclass(frozen=True)
@@ -63,11 +63,26 @@ def resolve(text: str) -> ModelSource:
     if key.lower().replace("_", "-") in model_catalog():
         return ModelSource(lookup_model(key), lookup_model(key).name)
     if Path(key).exists():
+        _refuse_catalog_only(Path(key) / "config.json", key)
         return from_checkpoint(read_local(key), key)
     if looks_like_hub_id(key):
         return from_checkpoint(read_hub(key), key)
     known = ", ".join(sorted(model_catalog()))
     raise InputError(f"unknown model {text!r}: not a catalog model ({known}), a model directory, or a Hub id ORG/NAME")
+
+
+def _refuse_catalog_only(config_path: Path, reference: str) -> None:
+    """A directory of a pipeline whose checkpoint layout is not read: its pointer before
+    any shard is looked for (GLM-TTS keeps its shards in llm/)."""
+    import json
+
+    try:
+        model_type = json.loads(config_path.read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return  # read_local names what is wrong with the file
+    if isinstance(model_type, str) and model_type in _CATALOG_ONLY:
+        raise InputError(f"{reference}: a {model_type} directory is not read yet (its weights sit in more than one "
+                         f"folder); plan it by its catalog name: --model {_CATALOG_ONLY[model_type]}")
 
 
 def from_checkpoint(ckpt: Checkpoint, reference: str) -> ModelSource:
@@ -80,7 +95,7 @@ def from_checkpoint(ckpt: Checkpoint, reference: str) -> ModelSource:
         ckpt = with_subfolders(ckpt, base.checkpoint_subfolders)
     elif any(str(a).endswith("ForCausalLM") for a in _names(cfg.get("architectures"))) or "num_hidden_layers" in cfg:
         base = pipeline_from_config(cfg, reference, where=f"{reference}/config.json")
-    elif model_type in _CATALOG_ONLY:
+    elif model_type in _CATALOG_ONLY:  # a Hub id's config (a directory's is refused before its shards are read)
         raise InputError(f"{reference}: a {model_type} directory is not read yet (its weights sit in more than one "
                          f"folder); plan it by its catalog name: --model {_CATALOG_ONLY[model_type]}")
     else:

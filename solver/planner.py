@@ -172,6 +172,7 @@ def resolve_request_knobs(request: Request) -> tuple[dict[str, StageKnobs], tupl
             if opt not in request.global_values or st.name in explicit[opt]:
                 continue
             if opt == "max_model_len" and not st.has_kv_cache:
+                refusals[opt].append(f"{st.name} holds no KV cache")
                 continue  # a stage without KV cache has no max_model_len of its own
             trial = replace(k, **{opt: request.global_values[opt]})
             errors = stage_knob_errors(pipeline, st, trial, schema, version)

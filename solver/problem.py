@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .gpus import Gpu
+from .gpus import Gpu, first_on_each_host
 from .memory import StageMemory, tokens_needed
 from .residency import resident_sets
 
@@ -96,8 +96,8 @@ class Problem:
     # is its own process, started without vLLM-Omni's per-GPU init locks, and vLLM sizes
     # its KV cache from what the GPU has free, neighbours' loading included.
     shared_gpus: bool = True
-    # Memory the pipeline's API process takes on the first GPU once serving (a model's
-    # front-end encoder), outside every stage: that GPU's usable memory is less by it.
+    # Memory the pipeline's API process takes on its host's first GPU once serving (a
+    # model's front-end encoder), outside every stage: that GPU's usable memory is less by it.
     frontend_bytes: int = 0
     coresident: tuple[tuple[int, ...], ...] = field(init=False)
 
@@ -105,7 +105,8 @@ class Problem:
         object.__setattr__(self, "coresident", resident_sets(len(self.stages), self.exclusive_groups))
 
     def usable_bytes(self, gpu: Gpu) -> int:
-        return gpu.total_bytes - self.reserve_bytes - (self.frontend_bytes if gpu.index == 0 else 0)
+        front = self.frontend_bytes if gpu.index in first_on_each_host(self.gpus) else 0
+        return gpu.total_bytes - self.reserve_bytes - front
 
     def gpu_classes(self) -> list[list[int]]:
         """GPU indices that no rule tells apart: on the same host, of the same kind and

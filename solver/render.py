@@ -189,7 +189,8 @@ def header(plan: Plan) -> str:
     if not all(sp.stage.bounded_by_fraction for sp in plan.stages):
         lines.append(f"Note: {DIFFUSION_UTIL_NOTE}.")
     if plan.request.pipeline.frontend_gpu_bytes:
-        lines.append(f"Note: GPU 0's outside holds {_gib(plan.request.pipeline.frontend_gpu_bytes)} GiB for the API process's "
+        where = "each host's first GPU holds" if several else "GPU 0's outside holds"
+        lines.append(f"Note: {where} {_gib(plan.request.pipeline.frontend_gpu_bytes)} GiB for the API process's "
                      "own front-end encoder, loaded on the first request that needs it.")
     for sp in plan.stages:
         kv = "no KV cache"

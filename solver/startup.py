@@ -29,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import vllm_facts as F
-from .gpus import Gpu
+from .gpus import Gpu, first_on_each_host
 from .memory import StageKnobs, StageMemory, kv_tokens, requested_bytes, tokens_needed
 from .problems import CheckProblem, dedup, gib_text as _g
 from .hybrid_kv import longest_request
@@ -176,7 +176,7 @@ def simulate(
 
     `upstream`: upstream vLLM's refusal when free < requested, else vLLM-Omni's capping.
     `runs[i]` must be stage i of the pipeline (exclusive groups name indices); `frontend`:
-    what the API process takes on GPU 0 once serving (catalog frontend_gpu_bytes)."""
+    what the API process takes on each host's first GPU once serving (catalog frontend_gpu_bytes)."""
     sets = resident_sets(len(runs), exclusive_groups)
     problems: list[CheckProblem] = []
     if parallel_init:
@@ -199,15 +199,19 @@ def simulate(
             for d, b in got.items():
                 budgets[i][d] = min(budgets[i].get(d, b), b)
                 if ok:  # what the stage holds inside its fraction (at least what it uses)
-                    held = used[d] - before[d] - run.memory.outside_bytes
+                    held = used[d] - before[d] - run.memory.started_outside_bytes
                     requested_on[d] += held if run.bounded else run.memory.inside_bytes
         _diffusion_peaks(runs, members, started, gpus, used, problems)
+        for i in members:  # what a serving stage takes later, beyond its fraction (a cloning clip)
+            for d in runs[i].devices if started[i] and runs[i].memory is not None else ():
+                used[d] += runs[i].memory.serving_outside_bytes
+        fronts = first_on_each_host(gpus) if frontend else set()
         for gpu in gpus:
             g = gpu.index
-            used[g] += frontend if g == 0 else 0
+            used[g] += frontend if g in fronts else 0
             if used[g] > sum(fullest[g]):
                 fullest[g] = (requested_on[g], used[g] - requested_on[g])
-            names = [runs[i].name for i in members if g in runs[i].devices] + (["the API process"] if frontend and g == 0 else [])
+            names = [runs[i].name for i in members if g in runs[i].devices] + (["the API process"] if g in fronts else [])
             problems += _final_state(gpu, used[g], margin, names)
     outcomes = []
     for i, run in enumerate(runs):
@@ -241,13 +245,13 @@ def _final_state(gpu: Gpu, used: int, margin: int, names: list[str]) -> list[Che
     if used > gpu.total_bytes:
         return [CheckProblem(
             "gpu-oversubscribed", None, gpu.index,
-            f"GPU {gpu.index}: {', '.join(names)} need {_g(used)} GiB > total {_g(gpu.total_bytes)} GiB once "
+            f"{', '.join(names)} need {_g(used)} GiB > total {_g(gpu.total_bytes)} GiB once "
             "CUDA graphs and other memory outside the fractions are allocated: CUDA out of memory at graph "
             "capture or under load", numbers)]
     if used + margin > gpu.total_bytes:
         return [CheckProblem(
             "below-margin", None, gpu.index,
-            f"GPU {gpu.index}: {', '.join(names)} leave {_g(gpu.total_bytes - used)} GiB free, less than the "
+            f"{', '.join(names)} leave {_g(gpu.total_bytes - used)} GiB free, less than the "
             f"{_g(margin)} GiB margin (vLLM-Omni's 2 GiB admission reserve + --buffer)", numbers)]
     return []
 
@@ -320,7 +324,7 @@ def _start_stage(run: StageRun, gpus: list[Gpu], used: dict[int, int], upstream:
             held = budgets[d] if run.has_kv else memory.inside_bytes  # no KV: its fraction allocates nothing
             if run.has_kv and run.kv_pinned_bytes:
                 held = max(budgets[d], memory.inside_bytes + run.kv_pinned_bytes)
-            used[d] += held + memory.graph_reserve_bytes + memory.serving_outside_bytes
+            used[d] += held + memory.started_outside_bytes - before_snapshot
         else:  # the process exits and frees its context
             used[d] -= before_snapshot
     return started, budgets

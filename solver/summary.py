@@ -38,6 +38,7 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         "version_notes": plan.request.pipeline.deploy_notes(plan.request.version.name)
         if plan.request.schema == "deploy" else [],
         "solve_seconds": round(plan.solve_seconds, 3),
+        "frontend_gpu_bytes": plan.request.pipeline.frontend_gpu_bytes,  # on each host's first GPU
         "objective_min_kv_requests": round(plan.min_kv_requests, 4),
         "untested_tp": [sp.stage.name for sp in plan.stages
                         if sp.tensor_parallel_size not in sp.stage.tested_tp_degrees(plan.request.version.name)],
@@ -88,6 +89,7 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
                     "cuda_context_bytes": sp.memory.context_bytes,
                     "nccl_bytes": sp.memory.nccl_bytes,
                     "graph_reserve_bytes": sp.memory.graph_reserve_bytes,
+                    "serving_outside_bytes": sp.memory.serving_outside_bytes,
                 },
             }
             for sp in plan.stages

@@ -114,6 +114,7 @@ def test_a_pipeline_without_kv_that_fits_nowhere_says_why(model):
 @pytest.mark.parametrize("text, needle", [
     ("extends: nowhere.yaml\nname: x\n", "is not a catalog file beside it"),
     ("extends: bagel-7b-mot.yaml\nname: x\nkeep_stages: [vae]\n", "must list distinct stage names"),
+    ("extends: bagel-7b-mot.yaml\nname: x\nkeep_stages: [dit, thinker]\n", "in its order"),
     ("extends: qwen3-tts-1.7b.yaml\nname: x\nstages:\n  - {stage_id: 3, name: vocoder}\n", "not a whole stage 2"),
     ("extends: ../qwen3-tts-1.7b.yaml\nname: x\n", "is not a catalog file beside it"),
     ("extends: qwen3-tts-1.7b.yaml\nname: x\nstages:\n  - {name: vocoder, dtype: float32}\n", "names no stage"),
@@ -470,6 +471,12 @@ def test_voxtral_counts_the_codec_both_stages_build_and_its_measured_card_peak_i
     assert report.gpus[0].used_bytes >= 40.5 * GiB
 
 
+def test_a_glm_tts_directory_points_to_the_catalog_name(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "glm_tts"}')
+    result = _run("--gpus", "1xL4", "--model", str(tmp_path), "-q")
+    assert result.exit_code == 2 and "--model glm-tts" in result.stderr
+
+
 def test_a_mistral_format_directory_is_refused_in_one_line(tmp_path):
     (tmp_path / "params.json").write_text('{"dim": 3072}')
     result = _run("--gpus", "1xH20", "--model", str(tmp_path), "-q")
@@ -502,13 +509,13 @@ def test_glm_tts_holds_no_less_than_its_measured_peaks_front_end_included(tmp_pa
     gpu0, gpu1 = two.startup.gpus
     assert gpu0.used_bytes >= 29.23 * GiB and gpu1.used_bytes >= 2.91 * GiB
     assert gpu1.used_bytes < 0.25 * gpu1.gpu.total_bytes  # stage 1 holds its use, not its inert 0.25
-    # the front-end is on GPU 0 only: take it away and GPU 0 holds 2 GiB less, GPU 1 the same
+    # the front-end is on GPU 0 only: take it away and GPU 0 holds that much less, GPU 1 the same
     bare = lookup_model("glm-tts").model_copy(update={"frontend_gpu_bytes": 0})
     from omni_autoconf.configcheck import check_config
     from omni_autoconf.configfile import read_config
 
     without = check_config(bare, [g.gpu for g in two.startup.gpus], omni_version("0.30"), read_config(str(split)))
-    assert gpu0.used_bytes - without.startup.gpus[0].used_bytes == 2 * GiB
+    assert gpu0.used_bytes - without.startup.gpus[0].used_bytes == lookup_model("glm-tts").frontend_gpu_bytes
     assert gpu1.used_bytes == without.startup.gpus[1].used_bytes
 
 
@@ -578,3 +585,25 @@ def test_a_fish_directory_takes_its_weights_from_the_headers_and_keeps_the_codec
     assert data["model"] == "fish-s2-pro"
     assert data["stages"][0]["weights_bytes"] == 2 * 4_561_852_416 + built
     assert any("dac_decoder: its weights are not in safetensors" in n for n in data["model_notes"])
+
+
+def test_over_several_hosts_the_front_end_is_kept_on_each_hosts_first_gpu():
+    """The head host (the API process's) is chosen after the plan, so each host keeps room."""
+    import json
+
+    from dataclasses import replace
+
+    from omni_autoconf.gpus import parse_gpus
+    from omni_autoconf.planner import build_problem
+
+    from conftest import make_request
+
+    gpus = tuple(replace(g, node=f"node{g.index // 2}") for g in parse_gpus("4xL4"))
+    problem, _ = build_problem(replace(make_request("glm-tts", "4xL4"), gpus=gpus))
+    front = lookup_model("glm-tts").frontend_gpu_bytes
+    usable = [problem.usable_bytes(g) for g in problem.gpus]
+    assert [g.node for g in problem.gpus] == ["node0", "node0", "node1", "node1"]
+    assert usable[0] == usable[1] - front and usable[2] == usable[3] - front
+    data = json.loads(_run("--nodes", "2", "--gpus", "2xL4", "--model", "glm-tts", "--format", "json", "-q").stdout)
+    assert data["frontend_gpu_bytes"] == front
+    assert all(g["outside_bytes"] >= front for g in data["gpus"] if g["index"] in (0, 2))
