@@ -176,7 +176,7 @@ def header(plan: Plan) -> str:
                 f"{plan.request.version.name} config or test runs it (--allow-untested-tp)."
             )
     lines.append("Per-GPU memory map (GiB; requested = ceil(total x gpu_memory_utilization), or what a stage "
-                 "without KV cache holds):")
+                 "without KV cache or with pinned KV holds):")
     gpus = [g.gpu for g in plan.gpus]
     several = len(node_names(gpus)) > 1
     for g in plan.gpus:

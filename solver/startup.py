@@ -14,7 +14,7 @@ memory (§2): upstream vLLM refuses to start, vLLM-Omni 0.24+ caps the request t
 free and the stage silently gets less KV. The weights must load into what is free; then
 vLLM's own checks: no memory for cache blocks, or not enough for one request of
 max_model_len. A started stage then holds its whole budget plus what lies outside it
-(context, NCCL, CUDA graphs). A stage without KV cache holds what it uses, whatever its
+(context, NCCL, CUDA graphs); with kv_cache_memory_bytes, what it uses and that KV instead. A stage without KV cache holds what it uses, whatever its
 fraction: vLLM allocates nothing from that fraction (v1/engine/core.py skips the memory
 profile of a stage without a KV spec), so its use is the catalog's peak, an estimate that
 errs high (a fraction below it is flagged). The planner still counts such a stage's whole
@@ -322,8 +322,8 @@ def _start_stage(run: StageRun, gpus: list[Gpu], used: dict[int, int], upstream:
     for d in run.devices:
         if started:  # the stage holds its budget (at least what it uses) and what lies outside it
             held = budgets[d] if run.has_kv else memory.inside_bytes  # no KV: its fraction allocates nothing
-            if run.has_kv and run.kv_pinned_bytes:
-                held = max(budgets[d], memory.inside_bytes + run.kv_pinned_bytes)
+            if run.has_kv and run.kv_pinned_bytes:  # vLLM takes the pinned KV, not the fraction's
+                held = memory.inside_bytes + run.kv_pinned_bytes  # (vllm_omni 0.30.0 worker/base.py:124-128)
             used[d] += held + memory.started_outside_bytes - before_snapshot
         else:  # the process exits and frees its context
             used[d] -= before_snapshot

@@ -269,3 +269,16 @@ def test_fix_with_keep_none_may_move_stages(tmp_path):
     free = run(*args, "--keep", "none")
     assert pinned.exit_code == free.exit_code == 0
     assert pinned.stdout != free.stdout
+
+
+def test_a_pinned_stage_holds_its_pin_not_its_fraction(tmp_path):
+    """With kv_cache_memory_bytes vLLM takes that KV and sizes nothing from the fraction
+    (vllm_omni 0.30.0 worker/base.py determine_available_memory)."""
+    bundled = DATA / "qwen3_omni_moe.deploy-0.30.yaml"
+    pinned = tmp_path / "pinned.yaml"
+    pinned.write_text(bundled.read_text().replace("gpu_memory_utilization: 0.9",
+                                                  "gpu_memory_utilization: 0.9\n    kv_cache_memory_bytes: 4294967296", 1))
+    assert "kv_cache_memory_bytes" in pinned.read_text()
+    plain, pin = check(bundled, "2xH100-80GB"), check(pinned, "2xH100-80GB")
+    assert pin.stages[0].kv_cache_bytes == 4 * 2**30
+    assert pin.startup.gpus[0].used_bytes < plain.startup.gpus[0].used_bytes - 20 * 2**30
