@@ -71,10 +71,20 @@ def resolve(text: str) -> ModelSource:
     raise InputError(f"unknown model {text!r}: not a catalog model ({known}), a model directory, or a Hub id ORG/NAME")
 
 
+# a file beside config.json that names a catalog pipeline the config does not (Gepard's
+# config.json says qwen3_5_text: vllm_omni 0.30.0 wheel, deploy/gepard.yaml)
+_SIDECARS = {"gepard_config.json": "gepard-1.0"}
+
+
 def _refuse_catalog_only(config_path: Path, reference: str) -> None:
     """A directory of a pipeline whose checkpoint layout is not read: its pointer before
     any shard is looked for (GLM-TTS keeps its shards in llm/)."""
     import json
+
+    for sidecar, name in _SIDECARS.items():
+        if (config_path.parent / sidecar).is_file():
+            raise InputError(f"{reference}: its {sidecar} makes it a {name} checkpoint, whose directory is not read "
+                             f"yet (its config.json alone reads as a plain LLM); plan it by its catalog name: --model {name}")
 
     try:
         model_type = json.loads(config_path.read_text(encoding="utf-8")).get("model_type")

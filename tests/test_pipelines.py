@@ -607,3 +607,23 @@ def test_over_several_hosts_the_front_end_is_kept_on_each_hosts_first_gpu():
     data = json.loads(_run("--nodes", "2", "--gpus", "2xL4", "--model", "glm-tts", "--format", "json", "-q").stdout)
     assert data["frontend_gpu_bytes"] == front
     assert all(g["outside_bytes"] >= front for g in data["gpus"] if g["index"] in (0, 2))
+
+
+@pytest.mark.parametrize("version", ["0.28", "0.30"])
+def test_gepard_starts_on_the_l4_its_file_targets_and_keeps_room_for_its_lazy_codec(version):
+    from wheels import wheel_root
+
+    report = _check_at(wheel_root(version) / "vllm_omni" / "deploy" / "gepard.yaml", "1xL4", "gepard-1.0", version)
+    assert report.ok and not report.problems, [p.message for p in report.problems]
+    (stage,) = report.stages
+    assert stage.run.memory.kv_bytes_per_token == 2 * 14 * 2 * 256 * 2
+    codec = lookup_model("gepard-1.0").stage("gepard").serving_outside.bytes
+    assert stage.run.memory.outside_bytes >= codec
+    assert report.startup.gpus[0].used_bytes >= stage.requested_bytes + codec  # the codec lands beyond the fraction
+
+
+def test_a_gepard_directory_is_not_planned_as_the_plain_llm_its_config_names(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "qwen3_5_text", "num_hidden_layers": 14}')
+    (tmp_path / "gepard_config.json").write_text("{}")
+    result = _run("--gpus", "1xL4", "--model", str(tmp_path), "-q")
+    assert result.exit_code == 2 and "--model gepard-1.0" in result.stderr
