@@ -627,3 +627,17 @@ def test_a_gepard_directory_is_not_planned_as_the_plain_llm_its_config_names(tmp
     (tmp_path / "gepard_config.json").write_text("{}")
     result = _run("--gpus", "1xL4", "--model", str(tmp_path), "-q")
     assert result.exit_code == 2 and "--model gepard-1.0" in result.stderr
+
+
+@pytest.mark.parametrize("gpus", ["1xL4", "1xH20"])
+def test_voxcpm2_holds_its_pinned_kv_on_small_and_large_cards_alike(gpus):
+    """"Runs on large (H20 141GB) and small (24GB L4) cards alike: the KV cache is pinned";
+    "6 GiB holds ~175k tokens" (https://github.com/vllm-project/vllm-omni/pull/4279)."""
+    from wheels import wheel_root
+
+    report = _check_at(wheel_root("0.30") / "vllm_omni" / "deploy" / "voxcpm2.yaml", gpus, "voxcpm2", "0.30")
+    assert report.ok and not report.problems, [p.message for p in report.problems]
+    (stage,) = report.stages
+    assert stage.kv_cache_tokens == 174_752
+    used = report.startup.gpus[0].used_bytes  # the same on either card, not 0.9 of it
+    assert 13 * GiB <= used < 20 * GiB  # the maintainers say "peak ~13 GiB"
