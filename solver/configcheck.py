@@ -17,7 +17,8 @@ from .errors import InputError
 from .gpus import Gpu
 from .memory import StageKnobs, stage_memory
 from .problems import CheckProblem
-from .startup import StageRun, StartupReport, margin_bytes, simulate
+from .admission import margin_bytes
+from .startup import StageRun, StartupReport, simulate
 from .vllm_facts import OmniVersion, SCHEMA_VERSIONS
 
 UTIL_RESOLUTION = 10**6  # a file's gpu_memory_utilization, read to 6 decimals

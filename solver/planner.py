@@ -17,7 +17,8 @@ from .gpus import Gpu
 from .engine_checks import stage_knob_errors
 from .memory import KvCacheDtype, StageKnobs, StageMemory, resolve_knobs, stage_memory
 from .problem import Problem, StageProblem, TpOption
-from .startup import GpuOutcome, StageRun, StartupReport, margin_bytes, simulate
+from .admission import margin_bytes
+from .startup import GpuOutcome, StageRun, StartupReport, simulate
 from .vllm_facts import GiB, OmniVersion
 
 
