@@ -259,6 +259,15 @@ class PipelineSpec(Strict):
         top = self.deploy_top if schema == "deploy" else self.legacy_top
         return bool(top.get("async_chunk", schema == "deploy"))
 
+    def written_dtype(self, stage: StageSpec, schema: str) -> str | None:
+        """The dtype a file for this stage names (None: auto), stage over pipeline-wide."""
+        if schema == "deploy":
+            extras = stage.deploy_fields.get("engine_extras") or {}
+            value = extras.get("dtype", stage.deploy_fields.get("dtype", self.deploy_top.get("dtype")))
+        else:
+            value = stage.legacy_engine_args.get("dtype")
+        return None if value is None else str(value)
+
     def chunked_prefill(self, stage: StageSpec, schema: str) -> bool:
         """Whether the stage runs with chunked prefill (vLLM V1's default for decoder models:
         on; vllm/engine/arg_utils.py _set_default_chunked_prefill_and_prefix_caching_args)."""

@@ -265,7 +265,7 @@ def list_gpus() -> None:
 
     for spec in gpu_catalog().values():
         printed = spec.total_gib if spec.total_gib is not None else spec.capacity_bytes / GiB
-        est = " (estimated)" if spec.estimated else ""
+        est = (" (estimated)" if spec.estimated else "") + ("" if spec.bf16 else " (no bfloat16)")
         aliases = ", ".join([*spec.aliases, *spec.nvml_names])
         click.echo(f"{spec.name:<15} {printed:7.2f} GiB = {spec.capacity_bytes:>12} B planned{est}  aliases: {aliases}")
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from . import vllm_facts as F
 from .catalog import PipelineSpec, StageSpec
 from .configfile import ConfigFile, StageSetting
-from .engine_checks import engine_config_errors
+from .engine_checks import BF16_MESSAGE, engine_config_errors
 from .errors import InputError
-from .gpus import Gpu
+from .gpus import Gpu, refuses_bf16
 from .memory import StageKnobs, stage_memory
 from .problems import CheckProblem
 from .admission import margin_bytes
@@ -40,6 +40,7 @@ class ResolvedSetting:
     kv_pinned_bytes: int | None = None
     replicas: int = 1
     layout_error: str | None = None  # vLLM-Omni's own message when it cannot split the devices
+    dtype: str | None = None  # as the file says it (None: auto)
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,8 @@ def resolve_settings(pipeline: PipelineSpec, config: ConfigFile, version: OmniVe
         )
         out.append(ResolvedSetting(spec, devices, tp, util, knobs, kv_text, chunked,
                                    st.devices is not None, st.tensor_parallel_size is not None,
-                                   st.kv_cache_memory_bytes if spec.has_kv_cache else None, replicas, layout_error))
+                                   st.kv_cache_memory_bytes if spec.has_kv_cache else None, replicas, layout_error,
+                                   st.dtype))
     return out
 
 
@@ -240,6 +242,9 @@ def check_config(pipeline: PipelineSpec, gpus: list[Gpu], version: OmniVersion, 
     for rs in settings:
         layout = _layout_problems(rs, len(gpus))
         problems += layout + _engine_problems(rs, version)
+        if rs.dtype == "bfloat16" and not layout:
+            problems += [CheckProblem("engine-config-invalid", rs.spec.name, d, BF16_MESSAGE.format(gpu=gpus[d].name), {})
+                         for d in rs.devices if refuses_bf16(gpus[d])][:1]
         memory = None if layout else stage_memory(rs.spec, rs.tensor_parallel_size, rs.knobs, version)
         if memory is not None and calibration is not None and calibration.model == pipeline.name:
             memory = calibration.apply(rs.spec.name, memory, rs.tensor_parallel_size)

@@ -45,6 +45,7 @@ class StageSetting:
     num_replicas: int | None = None
     disable_hybrid_kv_cache_manager: bool | None = None
     kv_transfer_config: bool = False  # the stage names one (its connector may turn the hybrid manager off)
+    dtype: str | None = None
 
 
 @dataclass(frozen=True)
@@ -221,6 +222,7 @@ def _setting(flat: dict, devices: Any, where: str, replicas: Any = None) -> Stag
         disable_hybrid_kv_cache_manager=_boolean(flat.get("disable_hybrid_kv_cache_manager"), where,
                                                  "disable_hybrid_kv_cache_manager"),
         kv_transfer_config=flat.get("kv_transfer_config") is not None,
+        dtype=_string(flat.get("dtype"), where, "dtype"),
     )
 
 
@@ -238,7 +240,8 @@ def _legacy(raw: dict, path: str) -> ConfigFile:
     return ConfigFile(path, "stage-args", tuple(stages), _boolean(raw.get("async_chunk"), path, "async_chunk"))
 
 
-PIPELINE_WIDE_FIELDS = ("enable_prefix_caching", "enable_chunked_prefill", "data_parallel_size", "pipeline_parallel_size")
+PIPELINE_WIDE_FIELDS = ("enable_prefix_caching", "enable_chunked_prefill", "data_parallel_size", "pipeline_parallel_size",
+                        "dtype")
 
 # The comment line render.py writes into each file of a multi-host plan: such a file places
 # only its host's stages, so judged as a whole pipeline it would be wrong.

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .gpus import refuses_bf16
 from .vllm_facts import OmniVersion, in_range
 
 if TYPE_CHECKING:
@@ -96,3 +97,20 @@ def stage_knob_errors(pipeline: PipelineSpec, st: StageSpec, k: StageKnobs, sche
         chunked_prefill=pipeline.chunked_prefill(st, schema), kv_cache_dtype="auto" if k.kv_cache_dtype == "auto" else "fp8",
         version=version)
     return errors
+
+
+# vllm/platforms/cuda.py check_if_supports_dtype (0.30.0: line 668; the same text in
+# 0.14.1-0.30.0), raised while the worker starts.
+BF16_MESSAGE = ("Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your {gpu} GPU has "
+                "compute capability below 8.0. You can use float16 instead by explicitly setting the `dtype` flag")
+
+
+def bf16_refusal(pipeline: "PipelineSpec", gpus, schema: str) -> str | None:
+    """Why no plan can be written: a stage whose file must say dtype bfloat16 (as its bundled
+    one does) and GPUs vLLM runs no bfloat16 on; None when there is no such pair."""
+    old = sorted({g.name for g in gpus if refuses_bf16(g)})
+    for st in pipeline.stages if old else ():
+        if pipeline.written_dtype(st, schema) == "bfloat16":
+            return (f"{st.name}: {pipeline.name} runs it with dtype bfloat16, as its bundled file does, and vLLM "
+                    f"refuses bfloat16 on {', '.join(old)} (compute capability below 8.0); plan it on other GPUs")
+    return None

@@ -33,6 +33,7 @@ class GpuSpec(BaseModel):
     total_bytes: int | None = Field(default=None, gt=0, description="CUDA total in bytes, when known exactly.")
     nvlink: bool = Field(description="Whether the part has NVLink between GPUs of a node.")
     estimated: bool = Field(default=False, description="No direct evidence for the total.")
+    bf16: bool = Field(default=True, description="Compute capability 8.0 or more: vLLM runs dtype bfloat16.")
 
     @model_validator(mode="after")
     def _one_total(self) -> "GpuSpec":
@@ -66,6 +67,16 @@ class Gpu:
 def node_names(gpus) -> list[str]:
     """The hosts of an inventory, in order."""
     return list(dict.fromkeys(g.node for g in gpus))
+
+
+def refuses_bf16(gpu: Gpu) -> bool:
+    """Whether vLLM refuses an explicit dtype bfloat16 on this GPU (compute capability
+    below 8.0: vllm 0.30.0 platforms/cuda.py check_if_supports_dtype). A name the catalog
+    does not know is taken as able."""
+    try:
+        return not lookup_gpu(gpu.name).bf16
+    except InputError:
+        return False
 
 
 def first_on_each_host(gpus) -> set[int]:

@@ -14,7 +14,7 @@ from . import cpsat, defaults as D, explain
 from .catalog import PipelineSpec, StageSpec
 from .errors import InputError, NoPlanError
 from .gpus import Gpu
-from .engine_checks import stage_knob_errors
+from .engine_checks import bf16_refusal, stage_knob_errors
 from .memory import KvCacheDtype, StageKnobs, StageMemory, resolve_knobs, stage_memory
 from .problem import Problem, StageProblem, TpOption
 from .admission import margin_bytes
@@ -198,6 +198,9 @@ def resolve_request_knobs(request: Request) -> tuple[dict[str, StageKnobs], tupl
 def build_problem(request: Request) -> tuple[Problem, dict[str, StageKnobs]]:
     """Turn a request into the plain-number Problem the solvers read."""
     pipeline, gpus = request.pipeline, request.gpus
+    refusal = bf16_refusal(pipeline, gpus, request.schema)
+    if refusal is not None:
+        raise InputError(refusal)
     knobs, _ = resolve_request_knobs(request)
     stages = []
     for st in pipeline.stages:

@@ -282,3 +282,24 @@ def test_a_pinned_stage_holds_its_pin_not_its_fraction(tmp_path):
     plain, pin = check(bundled, "2xH100-80GB"), check(pinned, "2xH100-80GB")
     assert pin.stages[0].kv_cache_bytes == 4 * 2**30
     assert pin.startup.gpus[0].used_bytes < plain.startup.gpus[0].used_bytes - 20 * 2**30
+
+
+def test_dtype_bfloat16_on_a_gpu_below_compute_capability_8_is_refused_by_plan_and_check():
+    """vLLM raises "Bfloat16 is only supported on GPUs with compute capability of at least
+    8.0" (vllm 0.30.0 platforms/cuda.py); a bf16 model under dtype auto runs in fp16 there."""
+    from wheels import wheel_root
+
+    refused = run("--gpus", "1xT4", "--model", "qwen3-tts-1.7b", "-q")
+    assert refused.exit_code == 2 and "refuses bfloat16 on T4" in refused.stderr
+    assert run("--gpus", "1xT4", "--model", "moss-tts-nano", "-q").exit_code == 0  # writes no dtype
+    deploy = wheel_root("0.30") / "vllm_omni" / "deploy"
+    tts = check_config(lookup_model("qwen3-tts-1.7b"), parse_gpus("1xT4"), omni_version("0.30"),
+                       read_config(str(deploy / "qwen3_tts.yaml")))
+    assert ("engine-config-invalid", "code2wav", 0) in codes(tts)
+    # a pipeline-wide dtype reaches every stage (vllm_omni 0.30.0 config/stage_config.py)
+    gepard = check_config(lookup_model("gepard-1.0"), parse_gpus("1xV100-32GB"), omni_version("0.30"),
+                          read_config(str(deploy / "gepard.yaml")))
+    assert ("engine-config-invalid", "gepard", 0) in codes(gepard)
+    on_l4 = check_config(lookup_model("gepard-1.0"), parse_gpus("1xL4"), omni_version("0.30"),
+                         read_config(str(deploy / "gepard.yaml")))
+    assert not [p for p in on_l4.problems if p.code == "engine-config-invalid"]
