@@ -163,6 +163,7 @@ class ServingOutside(Strict):
     (an encoder run on request inputs that no profile run sees); held on each of its GPUs."""
 
     bytes: int = Field(gt=0)
+    bytes_per_seq: int = Field(default=0, ge=0, description="More for each of max_num_seqs (batched decodes).")
     assumes: str = Field(min_length=1, description="The request it is sized for, e.g. a 30 s reference clip.")
     source: str = Field(min_length=1)
 

@@ -203,7 +203,8 @@ def stage_memory(stage: StageSpec, tp: int, knobs: StageKnobs, version: OmniVers
         accounting=version.kv_accounting if stage.has_kv_cache else "profile",
         load_buffer_bytes=deepstack,
         state_bytes=state,
-        serving_outside_bytes=stage.serving_outside.bytes if stage.serving_outside is not None else 0,
+        serving_outside_bytes=(stage.serving_outside.bytes + stage.serving_outside.bytes_per_seq * knobs.max_num_seqs
+                               if stage.serving_outside is not None else 0),
     )
 
 

@@ -110,7 +110,19 @@ def from_checkpoint(ckpt: Checkpoint, reference: str) -> ModelSource:
                          f"folder); plan it by its catalog name: --model {_CATALOG_ONLY[model_type]}")
     else:
         raise InputError(f"{reference}: config.json model_type {model_type!r} is no pipeline this tool covers")
+    _refuse_misread_hub_id(base.name, reference)
     return exact_weights(base, ckpt, reference)
+
+
+def _refuse_misread_hub_id(read_as: str, reference: str) -> None:
+    """A Hub id that is a catalog pipeline's checkpoint must read as that pipeline (Gepard's
+    config.json alone reads as a plain Qwen3.5 LLM)."""
+    if Path(reference).exists():
+        return
+    names = sorted(name for name, spec in model_catalog().items() if spec.hf_id.lower() == reference.lower())
+    if names and read_as not in names:
+        raise InputError(f"{reference}: is the checkpoint of {', '.join(names)}, but its config.json reads as "
+                         f"{read_as}; plan it by its catalog name: --model {names[0]}")
 
 
 def _names(value) -> list:

@@ -21,6 +21,7 @@ PROBLEM_CODES = {
     "startup-refused": "error",
     "free-memory-capped": "error",
     "load-oom": "error",
+    "pinned-kv-oom": "error",
     "diffusion-peak-beyond-free": "error",
     "no-kv-memory": "error",
     "kv-below-max-model-len": "error",

@@ -162,9 +162,11 @@ def simulate(
                     held = used[d] - before[d] - run.memory.started_outside_bytes
                     requested_on[d] += held if run.bounded else run.memory.inside_bytes
         _diffusion_peaks(runs, members, started, gpus, used, problems)
-        for i in members:  # what a serving stage takes later, beyond its fraction (a cloning clip)
-            for d in runs[i].devices if started[i] and runs[i].memory is not None else ():
-                used[d] += runs[i].memory.serving_outside_bytes
+        for i in members:  # what a serving stage takes later, beyond its fraction (a cloning clip,
+            # and under the "either" reading the runner buffers and peak that return under load)
+            m = runs[i].memory
+            for d in runs[i].devices if started[i] and m is not None else ():
+                used[d] += m.outside_bytes - m.started_outside_bytes if runs[i].bounded else m.serving_outside_bytes
         fronts = first_on_each_host(gpus) if frontend else set()
         for gpu in gpus:
             g = gpu.index
@@ -260,6 +262,15 @@ def _start_stage(run: StageRun, gpus: list[Gpu], used: dict[int, int], upstream:
             ))
             started = False
     kv = min(b - memory.inside_bytes for b in budgets.values())
+    for d in run.devices if started and run.has_kv and run.kv_pinned_bytes else ():
+        free = gpus[d].total_bytes - used[d]  # vLLM allocates the pin whole after the profile run
+        if memory.inside_bytes + run.kv_pinned_bytes > free:
+            problems.append(CheckProblem(
+                "pinned-kv-oom", name, d,
+                f"CUDA out of memory allocating the pinned KV cache: {_g(run.kv_pinned_bytes)} GiB on top of "
+                f"{_g(memory.inside_bytes)} GiB in use, {_g(free)} GiB free on cuda:{d}",
+                {"pinned_gib": round(run.kv_pinned_bytes / GiB, 2), "free_gib": round(free / GiB, 2)}))
+            started = False
     if run.has_kv and run.kv_pinned_bytes:
         if started and kv < run.kv_pinned_bytes:
             d = min(budgets, key=lambda d: (budgets[d], d))
@@ -309,7 +320,7 @@ def _start_unbounded(run: StageRun, gpus: list[Gpu], used: dict[int, int], probl
         budgets[d] = memory.inside_bytes
     for d in run.devices:
         if started:  # its load (and a small warm-up) now; its largest request's peak once all are up
-            used[d] += memory.inside_bytes + memory.outside_bytes - memory.activation_bytes
+            used[d] += memory.inside_bytes + memory.outside_bytes - memory.serving_outside_bytes - memory.activation_bytes
     return started, budgets
 
 

@@ -98,14 +98,24 @@ def test_pinned_kv_is_written_and_read_back(tmp_path):
     assert [s["kv_cache_bytes"] for s in checked["stages"]] == [s["kv_cache_bytes"] for s in plan["stages"]]
 
 
-def test_a_pin_beyond_the_fraction_is_a_warning(tmp_path):
+def _pinned(tmp_path, nbytes: int) -> dict:
     text = BUNDLED.read_text().replace("    gpu_memory_utilization: 0.9\n",
-                                       "    gpu_memory_utilization: 0.9\n    kv_cache_memory_bytes: 20000000000\n", 1)
+                                       f"    gpu_memory_utilization: 0.9\n    kv_cache_memory_bytes: {nbytes}\n", 1)
     path = tmp_path / "over.yaml"
     path.write_text(text)
-    data = json.loads(run("check", path, *QWEN3, "--format", "json").stdout)
-    assert any(p["code"] == "pinned-kv-beyond-fraction" for p in data["problems"])
-    assert data["stages"][0]["kv_cache_bytes"] == 20000000000
+    return json.loads(run("check", path, *QWEN3, "--format", "json").stdout)
+
+
+def test_a_pin_beyond_the_fraction_is_a_warning(tmp_path):
+    data = _pinned(tmp_path, 12_000_000_000)  # the thinker's fraction leaves ~8 GiB of KV; the card has room
+    assert any(p["code"] == "pinned-kv-beyond-fraction" for p in data["problems"]) and data["ok"]
+    assert data["stages"][0]["kv_cache_bytes"] == 12_000_000_000
+
+
+def test_a_pin_beyond_free_memory_fails_at_start_up(tmp_path):
+    """vLLM allocates the pin whole after the profile run: beyond what is free, CUDA OOM."""
+    data = _pinned(tmp_path, 20_000_000_000)
+    assert not data["ok"] and any(p["code"] == "pinned-kv-oom" and p["stage"] == "thinker" for p in data["problems"])
 
 
 def _edited(tmp_path, cal: Path, edit) -> Path:

@@ -330,3 +330,14 @@ def test_a_file_without_the_hybrid_manager_or_with_a_kv_connector_is_judged_as_v
         tokens[name] = json.loads(checked.stdout)["stages"][0]["kv_cache_tokens"]
     assert tokens["off"] < tokens["hybrid"] / 2.5  # 12 full layers against 1 full group and 5 windowed ones (2.58x)
     assert tokens["connector"] == min(tokens["hybrid"], tokens["off"])
+
+
+def test_a_catalog_pipelines_hub_id_that_reads_as_another_is_refused_with_its_name(tmp_path, monkeypatch):
+    """Gepard's config.json says qwen3_5_text: read alone it would plan as a plain LLM."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("omni_autoconf.checkpoint.CACHE_DIR", tmp_path)
+    tensors = [[name, dtype, ELEMENT[dtype] * __import__("math").prod(shape)] for name, (dtype, shape) in llama_tensors().items()]
+    (tmp_path / "hub").mkdir()
+    (tmp_path / "hub" / "nineninesix--gepard-1.0.json").write_text(json.dumps({"config": LLAMA, "tensors": tensors}))
+    result = CliRunner().invoke(main, ["--gpus", "1xL4", "--model", "nineninesix/gepard-1.0", "-q"])
+    assert result.exit_code == 2 and "--model gepard-1.0" in result.stderr
