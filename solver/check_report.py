@@ -99,10 +99,13 @@ def render_check_table(report: CheckReport) -> str:
     out.append(_table(rows))
     mode = "upstream vLLM (refuses)" if report.upstream else "vLLM-Omni (caps to free memory)"
     errors = report.errors
+    warnings = len(report.problems) - len(errors)
     if report.ok:
-        out.append(f"OK: {report.config.path} starts with no predicted problem ({mode}; memory in GiB)\n")
+        tail = f"; {warnings} warning(s) below" if warnings else ""
+        out.append(f"OK: {report.config.path} starts with no predicted problem ({mode}; memory in GiB{tail})\n")
     else:
-        out.append(f"{len(errors)} problem(s) predicted for {report.config.path} ({mode}):\n")
+        tail = f" and {warnings} warning(s)" if warnings else ""
+        out.append(f"{len(errors)} problem(s){tail} predicted for {report.config.path} ({mode}):\n")
     for p in report.problems:
         where = " ".join(x for x in (p.stage or "", f"GPU {p.gpu}" if p.gpu is not None else "") if x)
         label = p.code if p.severity == "error" else f"warning: {p.code}"

@@ -266,8 +266,8 @@ def ensure_renderable(request: Request) -> None:
             "replicas and 0.18 has no headless mode. Plan one host per pipeline for older versions")
     if len(hosts) > 1 and not all(st.bounded_by_fraction for st in pipeline.stages):
         raise InputError(
-            f"a plan of {pipeline.name} over {len(hosts)} hosts is not written: its diffusion stage receives the "
-            "thinker's KV cache over the connector, which is not modelled across hosts; plan one host")
+            f"a plan of {pipeline.name} over {len(hosts)} hosts is not written: a diffusion stage (its dense runtime, "
+            "and BAGEL's KV received from the thinker) is not modelled across hosts; plan one host")
     if len(hosts) > 1 and schema != "deploy":
         raise InputError(f"a plan over {len(hosts)} hosts is written in the deploy schema: use --schema deploy")
     reason = pipeline.unserved_reason(schema, v.name)
