@@ -71,6 +71,9 @@ class StageSpec(Strict):
     )
     max_num_seqs_limit: int | None = Field(default=None, ge=1, description="The most requests the model can batch.")
     max_num_seqs_limit_source: str | None = None
+    every_request_kv: str | None = Field(
+        default=None, description="Set (why): the plan holds KV for max_num_seqs requests of max_model_len by "
+        "default, since a preempted request cannot resume.")
     batch_rule: BatchRule | None = None
     defaults: dict[Schema, MemoryDefaults]
     deploy_fields: dict[str, Any] = Field(default_factory=dict, description="Non-memory keys of a deploy stage.")

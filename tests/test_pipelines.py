@@ -641,3 +641,14 @@ def test_voxcpm2_holds_its_pinned_kv_on_small_and_large_cards_alike(gpus):
     assert stage.kv_cache_tokens == 174_752
     used = report.startup.gpus[0].used_bytes  # the same on either card, not 0.9 of it
     assert 13 * GiB <= used < 20 * GiB  # the maintainers say "peak ~13 GiB"
+
+
+def test_gepard_plans_kv_for_every_request_it_admits_since_a_preempted_one_restarts():
+    import json
+
+    data = json.loads(_run("--gpus", "1xL4", "--model", "gepard-1.0", "--max-num-seqs", "gepard=64",
+                           "--format", "json", "-q").stdout)
+    assert data["stages"][0]["kv_cache_tokens"] >= 64 * 4096
+    fewer = json.loads(_run("--gpus", "1xL4", "--model", "gepard-1.0", "--max-num-seqs", "gepard=256",
+                            "--min-concurrency", "gepard=2", "--format", "json", "-q").stdout)
+    assert fewer["stages"][0]["kv_cache_tokens"] >= 2 * 4096  # an explicit --min-concurrency wins
