@@ -91,8 +91,12 @@ def _refuse_catalog_only(config_path: Path, reference: str) -> None:
     except (OSError, ValueError, AttributeError):
         return  # read_local names what is wrong with the file
     if isinstance(model_type, str) and model_type in _CATALOG_ONLY:
-        raise InputError(f"{reference}: a {model_type} directory is not read yet (its weights sit in more than one "
-                         f"folder); plan it by its catalog name: --model {_CATALOG_ONLY[model_type]}")
+        raise _catalog_only(reference, model_type)
+
+
+def _catalog_only(reference: str, model_type: str) -> InputError:
+    return InputError(f"{reference}: a {model_type} directory is not read yet (its weights sit in more than one "
+                      f"folder); plan it by its catalog name: --model {_CATALOG_ONLY[model_type]}")
 
 
 def from_checkpoint(ckpt: Checkpoint, reference: str) -> ModelSource:
@@ -106,8 +110,7 @@ def from_checkpoint(ckpt: Checkpoint, reference: str) -> ModelSource:
     elif any(str(a).endswith("ForCausalLM") for a in _names(cfg.get("architectures"))) or "num_hidden_layers" in cfg:
         base = pipeline_from_config(cfg, reference, where=f"{reference}/config.json")
     elif model_type in _CATALOG_ONLY:  # a Hub id's config (a directory's is refused before its shards are read)
-        raise InputError(f"{reference}: a {model_type} directory is not read yet (its weights sit in more than one "
-                         f"folder); plan it by its catalog name: --model {_CATALOG_ONLY[model_type]}")
+        raise _catalog_only(reference, model_type)
     else:
         raise InputError(f"{reference}: config.json model_type {model_type!r} is no pipeline this tool covers")
     _refuse_misread_hub_id(base.name, reference)

@@ -254,12 +254,7 @@ def _start_stage(run: StageRun, gpus: list[Gpu], used: dict[int, int], upstream:
     for d in run.devices:
         free = gpus[d].total_bytes - used[d]
         if started and memory.weights_bytes > free:
-            problems.append(CheckProblem(
-                "load-oom", name, d,
-                f"CUDA out of memory while loading the weights: {_g(memory.weights_bytes)} GiB per rank, "
-                f"{_g(free)} GiB free on cuda:{d}",
-                {"weights_gib": round(memory.weights_bytes / GiB, 2), "free_gib": round(free / GiB, 2)},
-            ))
+            problems.append(_load_oom(name, d, memory.weights_bytes, free))
             started = False
     kv = min(b - memory.inside_bytes for b in budgets.values())
     for d in run.devices if started and run.has_kv and run.kv_pinned_bytes else ():
@@ -301,6 +296,12 @@ def _start_stage(run: StageRun, gpus: list[Gpu], used: dict[int, int], upstream:
     return started, budgets
 
 
+def _load_oom(name: str, d: int, weights: int, free: int) -> CheckProblem:
+    return CheckProblem("load-oom", name, d, f"CUDA out of memory while loading the weights: {_g(weights)} GiB per "
+                        f"rank, {_g(free)} GiB free on cuda:{d}",
+                        {"weights_gib": round(weights / GiB, 2), "free_gib": round(free / GiB, 2)})
+
+
 def _start_unbounded(run: StageRun, gpus: list[Gpu], used: dict[int, int], problems: list) -> tuple[bool, dict[int, int]]:
     """A dense diffusion stage: no free-memory check, no budget. It loads its weights and
     later takes its peak wherever the memory is; beyond what is free, CUDA runs out of
@@ -311,11 +312,7 @@ def _start_unbounded(run: StageRun, gpus: list[Gpu], used: dict[int, int], probl
     for d in run.devices:
         free = gpus[d].total_bytes - used[d]
         if memory.weights_bytes + memory.context_bytes > free:
-            problems.append(CheckProblem(
-                "load-oom", name, d,
-                f"CUDA out of memory while loading the weights: {_g(memory.weights_bytes)} GiB per rank, "
-                f"{_g(free)} GiB free on cuda:{d}",
-                {"weights_gib": round(memory.weights_bytes / GiB, 2), "free_gib": round(free / GiB, 2)}))
+            problems.append(_load_oom(name, d, memory.weights_bytes, free))
             started = False
         budgets[d] = memory.inside_bytes
     for d in run.devices:

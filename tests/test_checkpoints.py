@@ -225,12 +225,18 @@ def test_an_unreachable_hub_is_one_line_in_seconds(tmp_path, monkeypatch):
     assert "pass a local model directory" in result.stderr and len(result.stderr.strip().splitlines()) == 1
 
 
-def test_a_hub_id_is_read_from_the_cache_without_the_network(tmp_path, monkeypatch):
+def _cached_llama_hub_entry(tmp_path, monkeypatch, repo: str) -> list:
+    """An offline Hub cache holding the tiny Llama's config and headers under `repo`."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr("omni_autoconf.checkpoint.CACHE_DIR", tmp_path)
     tensors = [[name, dtype, ELEMENT[dtype] * __import__("math").prod(shape)] for name, (dtype, shape) in llama_tensors().items()]
     (tmp_path / "hub").mkdir()
-    (tmp_path / "hub" / "meta-llama--Tiny.json").write_text(json.dumps({"config": LLAMA, "tensors": tensors}))
+    (tmp_path / "hub" / f"{repo.replace('/', '--')}.json").write_text(json.dumps({"config": LLAMA, "tensors": tensors}))
+    return tensors
+
+
+def test_a_hub_id_is_read_from_the_cache_without_the_network(tmp_path, monkeypatch):
+    tensors = _cached_llama_hub_entry(tmp_path, monkeypatch, "meta-llama/Tiny")
     data = plan_json("--gpus", "1xH100-80GB", "--model", "meta-llama/Tiny", "--max-model-len", "8192")
     assert data["stages"][0]["weights_bytes"] == sum(t[2] for t in tensors)
 
@@ -334,10 +340,6 @@ def test_a_file_without_the_hybrid_manager_or_with_a_kv_connector_is_judged_as_v
 
 def test_a_catalog_pipelines_hub_id_that_reads_as_another_is_refused_with_its_name(tmp_path, monkeypatch):
     """Gepard's config.json says qwen3_5_text: read alone it would plan as a plain LLM."""
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr("omni_autoconf.checkpoint.CACHE_DIR", tmp_path)
-    tensors = [[name, dtype, ELEMENT[dtype] * __import__("math").prod(shape)] for name, (dtype, shape) in llama_tensors().items()]
-    (tmp_path / "hub").mkdir()
-    (tmp_path / "hub" / "nineninesix--gepard-1.0.json").write_text(json.dumps({"config": LLAMA, "tensors": tensors}))
+    _cached_llama_hub_entry(tmp_path, monkeypatch, "nineninesix/gepard-1.0")
     result = CliRunner().invoke(main, ["--gpus", "1xL4", "--model", "nineninesix/gepard-1.0", "-q"])
     assert result.exit_code == 2 and "--model gepard-1.0" in result.stderr
