@@ -35,6 +35,9 @@ _OMNI = {"qwen3_omni_moe": lambda cfg: "qwen3-omni-moe" if cfg.get("enable_audio
          else "qwen3-tts-1.7b",
          "step_audio_2": lambda cfg: "step-audio-2-mini",
          "fish_qwen3_omni": lambda cfg: "fish-s2-pro",
+         # the 0.1B Audio8 sibling shares the model_type but is a Falcon-H1 hybrid that 0.30 does not serve
+         # (https://github.com/vllm-project/vllm-omni/pull/6593): None refuses it
+         "arktts": lambda cfg: "audio8-tts-0.6b" if (cfg.get("dim"), cfg.get("n_layer")) == (896, 24) else None,
          "qwen2_5_omni": lambda cfg: "qwen2.5-omni-3b" if _thinker_hidden(cfg) == 2048 else "qwen2.5-omni-7b"}
 
 
@@ -104,6 +107,9 @@ def from_checkpoint(ckpt: Checkpoint, reference: str) -> ModelSource:
     model_type = str(cfg.get("model_type", ""))
     if model_type in _OMNI:
         name = _OMNI[model_type](cfg)
+        if name is None:
+            raise InputError(f"{reference}: config.json model_type {model_type!r}, but not the geometry of the "
+                             "checkpoint vLLM-Omni serves for it (see the README's covered pipelines)")
         text, filename = catalog_text(name)
         base = load_pipeline_text(text, filename, config=cfg if lookup_model(name).config else None)
         ckpt = with_subfolders(ckpt, base.checkpoint_subfolders)

@@ -1,0 +1,74 @@
+"""Speech pipelines of vLLM-Omni 0.30 beyond Qwen3-TTS and Fish: each entry's counts against
+the public figures it cites, what it builds beyond its checkpoint, and its checkpoint
+directory read from the safetensors headers."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from omni_autoconf.catalog import lookup_model
+from omni_autoconf.cli import main
+from omni_autoconf.memory import StageKnobs, stage_memory
+from omni_autoconf.vllm_facts import GiB, omni_version
+
+from test_checkpoints import write_safetensors
+
+
+def _run(*args):
+    return CliRunner().invoke(main, list(args))
+
+
+AUDIO8_CONFIG = {"architectures": ["ArkttsModel"], "model_type": "arktts", "dim": 896, "n_layer": 24, "n_head": 14,
+                 "n_local_heads": 2, "head_dim": 64, "intermediate_size": 4864, "vocab_size": 155776,
+                 "max_seq_len": 2048, "tie_word_embeddings": True, "dtype": "bfloat16"}
+
+
+def test_audio8_counts_the_public_parameters_and_the_head_it_stores_apart():
+    slow_ar = lookup_model("audio8-tts-0.6b").stage("slow_ar")
+    in_checkpoint = sum(c.params for c in slow_ar.components if c.in_checkpoint)
+    assert in_checkpoint == 601_159_424  # the model card's count
+    memory = stage_memory(slow_ar, 1, StageKnobs(2048, 4, 2048, False, "auto", False), omni_version("0.30"))
+    assert memory.kv_bytes_per_token == 2 * 24 * 2 * 64 * 2
+    assert memory.weights_bytes == 2 * (in_checkpoint + 155_776 * 896)  # the separate lm_head, in bf16
+    # the clone encoder arrives with the first cloning request, outside the fraction
+    bare = slow_ar.model_copy(update={"serving_outside": None})
+    assert memory.outside_bytes - stage_memory(bare, 1, StageKnobs(2048, 4, 2048, False, "auto", False),
+                                               omni_version("0.30")).outside_bytes == slow_ar.serving_outside.bytes
+
+
+def test_audio8s_codec_decodes_one_window_whatever_the_batch():
+    codec = lookup_model("audio8-tts-0.6b").stage("codec_decoder")
+    peaks = {stage_memory(codec, 1, StageKnobs(2048, seqs, tokens, True, "auto", True), omni_version("0.30"))
+             .activation_bytes for tokens, seqs in [(2048, 1), (2048, 4), (512, 1)]}
+    assert peaks == {50 * codec.generation_profile.bytes_per_frame}
+    weights = stage_memory(codec, 1, StageKnobs(2048, 1, 2048, True, "auto", False), omni_version("0.30")).weights_bytes
+    assert weights == 4 * 130_462_129 and weights < 0.49 * GiB  # the decoder half in fp32, not the 1.4 GB file
+
+
+def _audio8_dir(path, config=AUDIO8_CONFIG):
+    (path / "config.json").write_text(json.dumps(config))
+    tensors = {"layers.0.attention.wqkv.weight": ("BF16", [357_897_216]), "norm.weight": ("BF16", [896]),
+               "embeddings.weight": ("BF16", [155_776, 896]),
+               "codebook_embeddings.weight": ("BF16", [40_960, 896]),
+               "fast_layers.0.attention.wqkv.weight": ("BF16", [66_985_856])}
+    return write_safetensors(path / "model.safetensors", tensors)
+
+
+def test_an_audio8_directory_takes_its_weights_from_the_headers(tmp_path):
+    stored = _audio8_dir(tmp_path)
+    result = _run("--gpus", "1xL4", "--model", str(tmp_path), "--format", "json", "-q")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["model"] == "audio8-tts-0.6b"
+    # the headers' bytes and the head vLLM-Omni fills from the embedding
+    assert data["stages"][0]["weights_bytes"] == stored + 2 * 155_776 * 896
+    assert any("codec_decoder: its weights are not in safetensors" in n for n in data["model_notes"])
+
+
+def test_the_audio8_sibling_of_another_geometry_is_refused_in_one_line(tmp_path):
+    _audio8_dir(tmp_path, {**AUDIO8_CONFIG, "dim": 512, "n_layer": 12})  # the Falcon-H1 0.1B shape
+    result = _run("--gpus", "1xL4", "--model", str(tmp_path), "-q")
+    assert result.exit_code == 2
+    assert "model_type 'arktts', but not the geometry" in result.stderr and "Traceback" not in result.output
