@@ -69,14 +69,19 @@ def resolve(text: str) -> ModelSource:
         _refuse_catalog_only(Path(key) / "config.json", key)
         return from_checkpoint(read_local(key), key)
     if looks_like_hub_id(key):
+        _refuse_unread_hub_id(key)
         return from_checkpoint(read_hub(key), key)
     known = ", ".join(sorted(model_catalog()))
     raise InputError(f"unknown model {text!r}: not a catalog model ({known}), a model directory, or a Hub id ORG/NAME")
 
 
-# a file beside config.json that names a catalog pipeline the config does not (Gepard's
-# config.json says qwen3_5_text: vllm_omni 0.30.0 wheel, deploy/gepard.yaml)
-_SIDECARS = {"gepard_config.json": "gepard-1.0"}
+# a file in a directory that names a catalog pipeline its config.json does not: Gepard's
+# config.json says qwen3_5_text (vllm_omni 0.30.0 wheel, deploy/gepard.yaml); IndexTTS-2 keeps
+# its weights in PyTorch pickles beside a config.yaml (vllm_omni 0.30.0 wheel,
+# model_executor/models/indextts2/indextts2_talker.py reads gpt.pth, the decoder s2mel.pth)
+_SIDECARS = {"gepard_config.json": ("gepard-1.0", "its config.json alone reads as a plain LLM"),
+             "s2mel.pth": ("indextts-2 (indextts-2.5 for an IndexTTS-2.5 checkpoint)",
+                           "its weights are PyTorch pickles, not safetensors")}
 
 
 def _refuse_catalog_only(config_path: Path, reference: str) -> None:
@@ -84,10 +89,10 @@ def _refuse_catalog_only(config_path: Path, reference: str) -> None:
     any shard is looked for (GLM-TTS keeps its shards in llm/)."""
     import json
 
-    for sidecar, name in _SIDECARS.items():
+    for sidecar, (name, why) in _SIDECARS.items():
         if (config_path.parent / sidecar).is_file():
-            raise InputError(f"{reference}: its {sidecar} makes it a {name} checkpoint, whose directory is not read "
-                             f"yet (its config.json alone reads as a plain LLM); plan it by its catalog name: --model {name}")
+            raise InputError(f"{reference}: its {sidecar} makes it a {name.split()[0]} checkpoint, whose directory is "
+                             f"not read yet ({why}); plan it by its catalog name: --model {name}")
 
     try:
         model_type = json.loads(config_path.read_text(encoding="utf-8")).get("model_type")
@@ -121,6 +126,16 @@ def from_checkpoint(ckpt: Checkpoint, reference: str) -> ModelSource:
         raise InputError(f"{reference}: config.json model_type {model_type!r} is no pipeline this tool covers")
     _refuse_misread_hub_id(base.name, reference)
     return exact_weights(base, ckpt, reference)
+
+
+def _refuse_unread_hub_id(reference: str) -> None:
+    """The Hub id of a catalog pipeline whose checkpoint is not read (no checkpoint_prefixes:
+    pickles, Mistral params.json, weights in subfolders): its pointer, before any network call."""
+    names = sorted(name for name, spec in model_catalog().items()
+                   if spec.hf_id.lower() == reference.lower() and not spec.checkpoint_prefixes)
+    if names:
+        raise InputError(f"{reference}: the checkpoint of {', '.join(names)}, whose files are not read yet; plan it "
+                         f"by its catalog name: --model {names[0]}")
 
 
 def _refuse_misread_hub_id(read_as: str, reference: str) -> None:

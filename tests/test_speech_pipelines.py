@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
 from omni_autoconf.catalog import lookup_model
@@ -72,3 +73,55 @@ def test_the_audio8_sibling_of_another_geometry_is_refused_in_one_line(tmp_path)
     result = _run("--gpus", "1xL4", "--model", str(tmp_path), "-q")
     assert result.exit_code == 2
     assert "model_type 'arktts', but not the geometry" in result.stderr and "Traceback" not in result.output
+
+
+def _check(name, gpus, model, version="0.30"):
+    from omni_autoconf.configcheck import check_config
+    from omni_autoconf.configfile import read_config
+
+    from wheels import wheel_root
+
+    return check_config(lookup_model(model), gpus, omni_version(version),
+                        read_config(str(wheel_root(version) / "vllm_omni" / "deploy" / name)))
+
+
+def test_indextts_2_5_reproduces_its_logged_start_up_from_below():
+    """The bundled indextts2_5.yaml on one 143,771 MiB GPU: "3.57 GiB weights ... a 52.0 GiB configured
+    KV-cache allocation" (https://github.com/vllm-project/vllm-omni/pull/5957)."""
+    from omni_autoconf.gpus import Gpu
+
+    report = _check("indextts2_5.yaml", [Gpu(0, "H200", 143_771 * 2**20)], "indextts-2.5")
+    assert report.ok and not report.problems, [p.message for p in report.problems]
+    talker = report.stages[0]
+    memory = stage_memory(lookup_model("indextts-2.5").stage("talker"), 1, talker.run.knobs, omni_version("0.30"))
+    assert 3.57 * GiB <= memory.weights_bytes < 3.58 * GiB  # the GPT in bf16 and its front end in fp32
+    assert memory.kv_bytes_per_token == 2 * 24 * 20 * 64 * 2
+    assert 51.5 * GiB <= talker.kv_cache_bytes <= 52.0 * GiB  # never above what vLLM gave, within 1%
+    assert report.startup.gpus[0].used_bytes >= 59_845 * 2**20  # NVML's "peak process/device memory"
+
+
+@pytest.mark.parametrize("model, name", [("indextts-2", "indextts2.yaml"), ("indextts-2", "indextts2_low_latency.yaml"),
+                                         ("indextts-2.5", "indextts2_5.yaml")])
+@pytest.mark.parametrize("gpus", ["1xL4", "1xH100-80GB"])  # CI's card (tests/e2e test_indextts2.py) and the recipe's
+def test_the_bundled_indextts_files_start_on_the_cards_they_are_run_on(model, name, gpus):
+    from omni_autoconf.gpus import parse_gpus
+
+    report = _check(name, parse_gpus(gpus), model)
+    assert report.ok, [p.message for p in report.errors]
+
+
+def test_an_indextts_directory_points_to_the_catalog(tmp_path):
+    (tmp_path / "gpt.pth").write_bytes(b"")
+    (tmp_path / "s2mel.pth").write_bytes(b"")
+    (tmp_path / "config.yaml").write_text("gpt: {}\n")
+    result = _run("--gpus", "1xL4", "--model", str(tmp_path), "-q")
+    assert result.exit_code == 2 and "--model indextts-2" in result.stderr and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("hub_id, name", [("IndexTeam/IndexTTS-2", "indextts-2"), ("indexteam/indextts-2.5", "indextts-2.5")])
+def test_the_hub_id_of_an_unread_checkpoint_points_to_the_catalog_without_the_network(hub_id, name, monkeypatch):
+    import omni_autoconf.model_source as source
+
+    monkeypatch.setattr(source, "read_hub", lambda *a, **k: pytest.fail("the network was asked"))
+    result = _run("--gpus", "1xL4", "--model", hub_id, "-q")
+    assert result.exit_code == 2 and f"--model {name}" in result.stderr
