@@ -125,3 +125,46 @@ def test_the_hub_id_of_an_unread_checkpoint_points_to_the_catalog_without_the_ne
     monkeypatch.setattr(source, "read_hub", lambda *a, **k: pytest.fail("the network was asked"))
     result = _run("--gpus", "1xL4", "--model", hub_id, "-q")
     assert result.exit_code == 2 and f"--model {name}" in result.stderr
+
+
+def test_higgs_v2_counts_its_backbone_and_audio_adapter_as_published():
+    talker = lookup_model("higgs-audio-v2").stage("talker")
+    params = {c.name: c.params for c in talker.components}
+    backbone = sum(params.values()) - params["audio_mlps"] - params["audio_lm_head"] - params["audio_codebook_embeddings"]
+    assert round(backbone / 1e9, 1) == 3.6 and round((sum(params.values()) - backbone) / 1e9, 1) == 2.2  # "3.6B + 2.2B"
+    memory = stage_memory(talker, 1, StageKnobs(4096, 4, 2048, True, "auto", False), omni_version("0.30"))
+    assert memory.kv_bytes_per_token == 2 * 28 * 8 * 128 * 2
+
+
+def test_the_bundled_higgs_v2_file_starts_on_the_h100_it_was_run_on_with_the_clone_encoder_on_gpu_0():
+    """https://github.com/vllm-project/vllm-omni/pull/3762 ran the bundled file on one H100 80GB."""
+    from omni_autoconf.gpus import parse_gpus
+
+    report = _check("higgs_audio_v2.yaml", parse_gpus("1xH100-80GB"), "higgs-audio-v2")
+    assert report.ok and not report.problems, [p.message for p in report.problems]
+    from omni_autoconf.configcheck import check_config
+    from omni_autoconf.configfile import read_config
+
+    from wheels import wheel_root
+
+    pipeline = lookup_model("higgs-audio-v2")
+    bare = pipeline.model_copy(update={"frontend_gpu_bytes": 0})
+    config = read_config(str(wheel_root("0.30") / "vllm_omni" / "deploy" / "higgs_audio_v2.yaml"))
+    without = check_config(bare, parse_gpus("1xH100-80GB"), omni_version("0.30"), config)
+    # the API process's clone encoder lands on GPU 0, beyond every fraction
+    assert report.startup.gpus[0].used_bytes - without.startup.gpus[0].used_bytes == pipeline.frontend_gpu_bytes > 0
+
+
+def test_a_higgs_v2_directory_takes_the_talkers_weights_from_the_headers(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "higgs_audio_v2",
+                                                      "architectures": ["HiggsAudioV2ForConditionalGeneration"]}))
+    stored = write_safetensors(tmp_path / "model.safetensors", {
+        "model.layers.0.self_attn.q_proj.weight": ("BF16", [4_932_848_640]), "model.norm.weight": ("BF16", [3072]),
+        "model.embed_tokens.weight": ("BF16", [128_256, 3072]), "lm_head.weight": ("BF16", [128_256, 3072]),
+        "audio_lm_head.weight": ("BF16", [8208, 3072]), "model.embed_audio_tokens.embed_audio_tokens.weight": ("BF16", [8208, 3072]),
+        "audio_tower.layers.0.weight": ("BF16", [1000])})  # a tensor vLLM-Omni does not load
+    result = _run("--gpus", "1xH100-80GB", "--model", str(tmp_path), "--format", "json", "-q")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["model"] == "higgs-audio-v2"
+    assert data["stages"][0]["weights_bytes"] == stored - 2000
