@@ -79,10 +79,12 @@ def resolve(text: str) -> ModelSource:
 # a file in a directory that names a catalog pipeline its config.json does not: Gepard's
 # config.json says qwen3_5_text (vllm_omni 0.30.0 wheel, deploy/gepard.yaml); IndexTTS-2 keeps
 # its weights in PyTorch pickles beside a config.yaml (vllm_omni 0.30.0 wheel,
-# model_executor/models/indextts2/indextts2_talker.py reads gpt.pth, the decoder s2mel.pth)
+# model_executor/models/indextts2/indextts2_talker.py reads gpt.pth, the decoder s2mel.pth), and
+# CosyVoice3 beside an empty config.json (model_executor/models/cosyvoice3/cosyvoice3.py reads llm.pt)
 _SIDECARS = {"gepard_config.json": ("gepard-1.0", "its config.json alone reads as a plain LLM"),
              "s2mel.pth": ("indextts-2 (indextts-2.5 for an IndexTTS-2.5 checkpoint)",
-                           "its weights are PyTorch pickles, not safetensors")}
+                           "its weights are PyTorch pickles, not safetensors"),
+             "cosyvoice3.yaml": ("cosyvoice3-0.5b", "its weights are PyTorch pickles and its config.json is empty")}
 
 
 def _refuse_catalog_only(config_path: Path, reference: str) -> None:

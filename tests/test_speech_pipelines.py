@@ -168,3 +168,29 @@ def test_a_higgs_v2_directory_takes_the_talkers_weights_from_the_headers(tmp_pat
     data = json.loads(result.stdout)
     assert data["model"] == "higgs-audio-v2"
     assert data["stages"][0]["weights_bytes"] == stored - 2000
+
+
+def test_cosyvoice3_counts_give_its_fp32_pickles_sizes():
+    """llm.pt 2,024,669,519 B, flow.pt 1,329,116,148 B and hift.pt 83,202,622 B, fp32 (the Hub's file list)."""
+    pipeline = lookup_model("cosyvoice3-0.5b")
+    talker = sum(c.params for c in pipeline.stage("talker").components)
+    codec = {c.name: c.params for c in pipeline.stage("code2wav").components}
+    assert 0 <= 2_024_669_519 - 4 * talker < 200_000  # a pickle's overhead, no tensor more or less
+    assert 0 <= 1_329_116_148 + 83_202_622 - 4 * (codec["flow"] + codec["hift"]) < 400_000
+
+
+def test_the_bundled_cosyvoice3_file_starts_on_the_h100_it_is_tuned_for():
+    from omni_autoconf.gpus import parse_gpus
+
+    report = _check("cosyvoice3.yaml", parse_gpus("1xH100-80GB"), "cosyvoice3-0.5b")
+    assert report.ok and not report.problems, [p.message for p in report.problems]
+    talker = report.stages[0]
+    assert talker.run.knobs.max_model_len == 2048  # what vLLM assumes for a config without a length
+
+
+def test_a_cosyvoice3_directory_points_to_the_catalog(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "cosyvoice3.yaml").write_text("llm: {}\n")
+    (tmp_path / "llm.pt").write_bytes(b"")
+    result = _run("--gpus", "1xL4", "--model", str(tmp_path), "-q")
+    assert result.exit_code == 2 and "--model cosyvoice3-0.5b" in result.stderr
