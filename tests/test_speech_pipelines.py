@@ -194,3 +194,40 @@ def test_a_cosyvoice3_directory_points_to_the_catalog(tmp_path):
     (tmp_path / "llm.pt").write_bytes(b"")
     result = _run("--gpus", "1xL4", "--model", str(tmp_path), "-q")
     assert result.exit_code == 2 and "--model cosyvoice3-0.5b" in result.stderr
+
+
+def test_moss_tts_counts_give_the_measured_talker_and_its_kv():
+    """sglang-omni measured "15.81 GiB BF16 AR model" and 750,038 tokens in 103.00 GiB of KV
+    (https://github.com/sgl-project/sglang-omni/pull/1300, /pull/1727)."""
+    talker = lookup_model("moss-tts").stage("moss_tts")
+    in_checkpoint = sum(c.params for c in talker.components if c.in_checkpoint)
+    assert round(2 * in_checkpoint / GiB, 2) == 15.81
+    memory = stage_memory(talker, 1, StageKnobs(4096, 4, 4096, False, "auto", True), omni_version("0.30"))
+    assert abs(750_038 * memory.kv_bytes_per_token / GiB - 103.00) < 0.005
+
+
+@pytest.mark.parametrize("name, starts", [("moss_tts_80gb.yaml", True), ("moss_tts.yaml", False)])
+def test_moss_tts_fits_one_80gb_card_at_0_6_and_not_at_0_85(name, starts):
+    """moss_tts_80gb.yaml: "both stages initialize on one H100/H800 80GB"; the default 0.85 file
+    did not (https://github.com/vllm-project/vllm-omni/issues/4643), and online its API process
+    adds the reference encoder on the codec's GPU."""
+    from omni_autoconf.gpus import parse_gpus
+
+    report = _check(name, parse_gpus("1xH100-80GB"), "moss-tts")
+    if starts:
+        assert report.ok and not report.problems, [p.message for p in report.problems]
+    else:
+        assert "gpu-oversubscribed" in {p.code for p in report.errors}
+
+
+def test_a_moss_tts_directory_reads_the_talker_and_refuses_a_sibling_of_other_geometry(tmp_path):
+    config = {"model_type": "moss_tts_delay", "n_vq": 32, "language_config": {"num_hidden_layers": 36}}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    stored = write_safetensors(tmp_path / "model.safetensors", {
+        "language_model.layers.0.self_attn.q_proj.weight": ("BF16", [6_946_075_648]),
+        "language_model.embed_tokens.weight": ("BF16", [155_648, 4096]), "lm_heads.0.weight": ("BF16", [155_648, 4096]),
+        "lm_heads.1.weight": ("BF16", [32 * 1025, 4096]), "emb_ext.0.weight": ("BF16", [32 * 1025, 4096])})
+    data = json.loads(_run("--gpus", "1xH100-80GB", "--model", str(tmp_path), "--format", "json", "-q").stdout)
+    assert data["model"] == "moss-tts" and data["stages"][0]["weights_bytes"] == stored + 2 * 268_697_600
+    (tmp_path / "config.json").write_text(json.dumps({**config, "n_vq": 16}))  # MOSS-TTSD's codebooks
+    assert _run("--gpus", "1xH100-80GB", "--model", str(tmp_path), "-q").exit_code == 2
