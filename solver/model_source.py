@@ -36,6 +36,7 @@ _OMNI = {"qwen3_omni_moe": lambda cfg: "qwen3-omni-moe" if cfg.get("enable_audio
          "step_audio_2": lambda cfg: "step-audio-2-mini",
          "fish_qwen3_omni": lambda cfg: "fish-s2-pro",
          "higgs_audio_v2": lambda cfg: "higgs-audio-v2",
+         "omnivoice": lambda cfg: "omnivoice",
          # MOSS-TTS only: TTSD, SoundEffect and VoiceGenerator share the model_type with other geometry
          "moss_tts_delay": lambda cfg: "moss-tts" if cfg.get("n_vq") == 32 and optional_mapping(
              cfg, "language_config", "config.json").get("num_hidden_layers") == 36 else None,

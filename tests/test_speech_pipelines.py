@@ -231,3 +231,35 @@ def test_a_moss_tts_directory_reads_the_talker_and_refuses_a_sibling_of_other_ge
     assert data["model"] == "moss-tts" and data["stages"][0]["weights_bytes"] == stored + 2 * 268_697_600
     (tmp_path / "config.json").write_text(json.dumps({**config, "n_vq": 16}))  # MOSS-TTSD's codebooks
     assert _run("--gpus", "1xH100-80GB", "--model", str(tmp_path), "-q").exit_code == 2
+
+
+def test_omnivoice_counts_give_its_fp32_files():
+    """model.safetensors 2,450,344,112 B (612,577,280 fp32 parameters, a 64-B buffer, its header)."""
+    components = {c.name: c.params for c in lookup_model("omnivoice").stage("dit").components}
+    generator = components["generator_layers"] + components["text_embedding"] + components["audio_io"]
+    assert generator == 612_577_280
+    assert abs(4 * components["higgs_codec"] - 805_600_772) < 0.001 * 805_600_772
+
+
+def test_the_bundled_omnivoice_file_starts_on_a_24gb_card_and_is_held_at_its_peak():
+    from omni_autoconf.gpus import parse_gpus
+
+    report = _check("omnivoice.yaml", parse_gpus("1xL4"), "omnivoice")
+    assert report.ok and not report.problems, [p.message for p in report.problems]
+    dit = lookup_model("omnivoice").stage("dit")
+    assert report.startup.gpus[0].used_bytes > dit.diffusion_profile.peak_bytes + 3.8 * GiB  # weights, graphs, peak
+
+
+def test_an_omnivoice_directory_reads_both_files_from_their_headers(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "omnivoice", "architectures": ["OmniVoice"]}))
+    (tmp_path / "audio_tokenizer").mkdir()
+    main = write_safetensors(tmp_path / "model.safetensors", {
+        "llm.layers.0.self_attn.q_proj.weight": ("F32", [440_466_432]), "llm.embed_tokens.weight": ("F32", [151_676, 1024]),
+        "audio_embeddings.weight": ("F32", [8200, 1024]), "audio_heads.weight": ("F32", [8200, 1024])})
+    codec = write_safetensors(tmp_path / "audio_tokenizer" / "model.safetensors",
+                              {"acoustic_decoder.block.0.weight": ("F32", [201_000_000])})
+    result = _run("--gpus", "1xL4", "--model", str(tmp_path), "--format", "json", "-q")
+    assert result.exit_code == 0, result.stderr
+    data = json.loads(result.stdout)
+    built = (21_570_000 * 4) + 757_209_600  # the decoder copy and the graph outputs, not in the files
+    assert data["model"] == "omnivoice" and data["stages"][0]["weights_bytes"] == main + codec + built
