@@ -74,6 +74,10 @@ class StageSpec(Strict):
     every_request_kv: str | None = Field(
         default=None, description="Set (why): the plan holds KV for max_num_seqs requests of max_model_len by "
         "default, since a preempted request cannot resume.")
+    kv_rows_per_request: int = Field(
+        default=1, ge=1, description="KV rows of max_model_len one user request takes (2: CFG's conditioned and "
+        "unconditioned rows); max_num_seqs and the plan's headroom count rows.")
+    kv_rows_source: str | None = None
     batch_rule: BatchRule | None = None
     defaults: dict[Schema, MemoryDefaults]
     deploy_fields: dict[str, Any] = Field(default_factory=dict, description="Non-memory keys of a deploy stage.")
@@ -106,6 +110,8 @@ class StageSpec(Strict):
                 raise ValueError(f"{where}: {', '.join(clash)} is planned, not a catalog field")
         if (self.max_num_seqs_limit is None) != (self.max_num_seqs_limit_source is None):
             raise ValueError("max_num_seqs_limit and max_num_seqs_limit_source go together")
+        if (self.kv_rows_per_request > 1) != (self.kv_rows_source is not None):
+            raise ValueError("kv_rows_per_request above 1 and kv_rows_source go together")
         if (self.role == "generation") != (self.generation_profile is not None):
             raise ValueError("generation_profile is required for generation stages and only for them")
         if (self.role == "diffusion") != (self.diffusion_profile is not None):
@@ -115,6 +121,11 @@ class StageSpec(Strict):
     @property
     def has_kv_cache(self) -> bool:
         return self.role == "autoregressive"
+
+    def default_min_requests(self, max_num_seqs: int) -> int:
+        """KV rows of max_model_len the plan holds unless --min-concurrency says: one user request's rows, or
+        every admitted request's where a preempted one cannot resume."""
+        return max_num_seqs if self.every_request_kv else self.kv_rows_per_request
 
     @property
     def input_stage_ids(self) -> list[int]:

@@ -263,3 +263,32 @@ def test_an_omnivoice_directory_reads_both_files_from_their_headers(tmp_path):
     data = json.loads(result.stdout)
     built = (21_570_000 * 4) + 757_209_600  # the decoder copy and the graph outputs, not in the files
     assert data["model"] == "omnivoice" and data["stages"][0]["weights_bytes"] == main + codec + built
+
+
+def test_minimax_music3_counts_give_the_measured_backbone_and_the_repacked_files():
+    pipeline = lookup_model("minimax-music3")
+    talker = {c.name: c.params for c in pipeline.stage("minimax_music3_ar").components}
+    backbone = 2 * (talker["qwen3_layers"] + talker["embeddings"] + talker["lm_head"])
+    assert 15.9 * GiB < backbone < 16.01 * GiB  # sglang-omni: "weights alone load at 16.01GB"
+    acoustic = {c.name: c.params for c in pipeline.stage("minimax_music3_acoustic").components}
+    assert 0 < 4_914_197_682 - 2 * (acoustic["dit"] + acoustic["condition_encoder"]) < 100_000  # bf16 repack
+    assert abs(216_696_128 - 4 * acoustic["vocoder"]) < 0.001 * 216_696_128  # fp32
+
+
+def test_minimax_music3_plans_two_kv_rows_per_song_by_default():
+    from omni_autoconf.planner import build_problem
+
+    from conftest import make_request
+
+    problem, _ = build_problem(make_request("minimax-music3", "1xH100-80GB"))
+    assert {st.name: st.min_requests for st in problem.stages if st.has_kv} == {"minimax_music3_ar": 2}
+    data = json.loads(_run("--gpus", "1xH100-80GB", "--model", "minimax-music3", "--format", "json", "-q").stdout)
+    assert data["stages"][0]["kv_cache_tokens"] >= 2 * 10240
+
+
+@pytest.mark.parametrize("name, gpus", [("minimax_music3.yaml", "1xH200"), ("minimax_music3_2gpu.yaml", "2xH200")])
+def test_the_bundled_minimax_music3_files_start_on_140gb_cards(name, gpus):
+    from omni_autoconf.gpus import parse_gpus
+
+    report = _check(name, parse_gpus(gpus), "minimax-music3")
+    assert report.ok and not report.problems, [p.message for p in report.problems]
