@@ -85,11 +85,13 @@ def resolve(text: str) -> ModelSource:
 # config.json says qwen3_5_text (vllm_omni 0.30.0 wheel, deploy/gepard.yaml); IndexTTS-2 keeps
 # its weights in PyTorch pickles beside a config.yaml (vllm_omni 0.30.0 wheel,
 # model_executor/models/indextts2/indextts2_talker.py reads gpt.pth, the decoder s2mel.pth), and
-# CosyVoice3 beside an empty config.json (model_executor/models/cosyvoice3/cosyvoice3.py reads llm.pt)
+# CosyVoice3 and PersonaPlex beside an empty config.json (model_executor/models/cosyvoice3/cosyvoice3.py reads
+# llm.pt; model_executor/models/personaplex/duplex/stage0.py reads the voice prompts in voices.tgz)
 _SIDECARS = {"gepard_config.json": ("gepard-1.0", "its config.json alone reads as a plain LLM"),
              "s2mel.pth": ("indextts-2 (indextts-2.5 for an IndexTTS-2.5 checkpoint)",
                            "its weights are PyTorch pickles, not safetensors"),
-             "cosyvoice3.yaml": ("cosyvoice3-0.5b", "its weights are PyTorch pickles and its config.json is empty")}
+             "cosyvoice3.yaml": ("cosyvoice3-0.5b", "its weights are PyTorch pickles and its config.json is empty"),
+             "voices.tgz": ("personaplex-7b", "its config.json is empty: vLLM-Omni's config defaults give every number")}
 
 
 def _refuse_catalog_only(config_path: Path, reference: str) -> None:

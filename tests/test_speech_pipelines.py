@@ -292,3 +292,28 @@ def test_the_bundled_minimax_music3_files_start_on_140gb_cards(name, gpus):
 
     report = _check(name, parse_gpus(gpus), "minimax-music3")
     assert report.ok and not report.problems, [p.message for p in report.problems]
+
+
+def test_personaplex_counts_give_its_bf16_checkpoint():
+    """model.safetensors: "8.37B parameters", bf16 "15.59 GB" (its public copies)."""
+    talker = lookup_model("personaplex-7b").stage("personaplex")
+    params = sum(c.params for c in talker.components)
+    assert round(params / 1e9, 2) == 8.37 and round(2 * params / GiB, 2) == 15.59
+    memory = stage_memory(talker, 1, StageKnobs(3000, 10, 512, False, "auto", True), omni_version("0.30"))
+    assert memory.kv_bytes_per_token >= 2 * 32 * 32 * 128 * 2  # a window as long as max_model_len frees nothing
+
+
+@pytest.mark.parametrize("gpus", ["1xH100-80GB", "1xA100-80GB"])
+def test_the_bundled_personaplex_file_holds_its_ten_requests_on_an_80gb_card(gpus):
+    from omni_autoconf.gpus import parse_gpus
+
+    report = _check("personaplex.yaml", parse_gpus(gpus), "personaplex-7b")
+    assert report.ok and not report.problems, [p.message for p in report.problems]
+    assert 10 <= report.stages[0].max_concurrency < 11  # 0.4 of the card sized for max_num_seqs 10
+
+
+def test_a_personaplex_directory_points_to_the_catalog(tmp_path):
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "voices.tgz").write_bytes(b"")
+    result = _run("--gpus", "1xH100-80GB", "--model", str(tmp_path), "-q")
+    assert result.exit_code == 2 and "--model personaplex-7b" in result.stderr
