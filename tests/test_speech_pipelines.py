@@ -317,3 +317,19 @@ def test_a_personaplex_directory_points_to_the_catalog(tmp_path):
     (tmp_path / "voices.tgz").write_bytes(b"")
     result = _run("--gpus", "1xH100-80GB", "--model", str(tmp_path), "-q")
     assert result.exit_code == 2 and "--model personaplex-7b" in result.stderr
+
+
+def test_moss_tts_realtime_counts_give_its_model_cards_backbone_and_local_transformer():
+    """"a 1.7B-parameter backbone and a 200M-parameter local Transformer"."""
+    talker = {c.name: c.params for c in lookup_model("moss-tts-realtime").stage("moss_tts").components}
+    assert round((talker["qwen3_layers"] + talker["embeddings"]) / 1e9, 1) == 1.7
+    assert round((talker["local_transformer"] - 15 * 1027 * 2048 - 16 * 2048 * 1027) / 1e6, -1) == 200
+    codec = lookup_model("moss-tts-realtime").stage("moss_tts_codec")
+    assert codec.serving_outside == lookup_model("moss-tts").stage("moss_tts_codec").serving_outside  # the same codec
+
+
+def test_the_bundled_moss_tts_realtime_file_starts_on_one_80gb_card():
+    from omni_autoconf.gpus import parse_gpus
+
+    report = _check("moss_tts_realtime.yaml", parse_gpus("1xH100-80GB"), "moss-tts-realtime")
+    assert report.ok and not report.problems, [p.message for p in report.problems]
