@@ -1,0 +1,56 @@
+"""Diffusion pipelines of vLLM-Omni 0.30 beyond BAGEL and OmniVoice: each stage's weights
+against the public counts and sizes it cites, and its bundled file under `check` on the
+cards it is run on. No fraction bounds such a stage, so each is planned at what it holds."""
+
+from __future__ import annotations
+
+import pytest
+
+from omni_autoconf.catalog import lookup_model
+from omni_autoconf.configcheck import check_config
+from omni_autoconf.configfile import read_config
+from omni_autoconf.gpus import parse_gpus
+from omni_autoconf.vllm_facts import GiB, omni_version
+
+from wheels import wheel_root
+
+
+def _check(name: str, gpus: str, model: str, version: str = "0.30"):
+    path = wheel_root(version) / "vllm_omni" / "deploy" / name
+    return check_config(lookup_model(model), parse_gpus(gpus), omni_version(version), read_config(str(path)))
+
+
+def _params(model: str, stage: str) -> int:
+    return sum(c.params for c in lookup_model(model).stage(stage).components)
+
+
+def test_pi0_and_pi05_count_what_the_wheels_classes_build():
+    assert _params("pi0", "diffusion") == 3_501_372_176
+    assert _params("pi05", "diffusion") == 3_616_757_520
+    # π0.5's expert norms are AdaRMS: 37 dense layers of 1024 -> 3072 with bias ("~116M",
+    # modeling_pi05.py:17-19) in place of 37 norm weights of 1024
+    expert = {m: next(c.params for c in lookup_model(m).stage("diffusion").components if c.name == "action_expert")
+              for m in ("pi0", "pi05")}
+    assert expert["pi05"] - expert["pi0"] == 37 * (1024 * 3072 + 3072) - 37 * 1024
+
+
+@pytest.mark.parametrize("model", ["pi0", "pi05"])
+def test_the_bundled_pi_files_start_on_the_rtx4090_and_hold_what_it_measured(model):
+    """pi05 on an RTX 4090 in fp32: "14.7 GiB" (https://github.com/vllm-project/vllm-omni/pull/6950)."""
+    report = _check(f"{model}.yaml", "1xRTX4090", model)
+    assert report.ok and not report.problems, [p.message for p in report.problems]
+    if model == "pi05":
+        assert report.startup.gpus[0].used_bytes >= 14.7 * GiB
+
+
+def test_gr00t_counts_give_the_public_readout_of_its_checkpoint():
+    """"total params 3,144,016,000 ... DiT params 1,091,722,240 ... self-attn transformer 201,433,088"."""
+    parts = {c.name: c.params for c in lookup_model("gr00t-n1.7-3b").stage("diffusion").components}
+    assert sum(parts.values()) == 3_144_016_000
+    assert parts["action_dit"] == 1_091_722_240 and parts["vl_self_attention"] == 201_433_088
+
+
+@pytest.mark.parametrize("gpus", ["1xRTX4090", "1xL4"])
+def test_the_bundled_gr00t_file_starts_on_a_24gb_card(gpus):
+    report = _check("Gr00tN1d7.yaml", gpus, "gr00t-n1.7-3b")
+    assert report.ok and not report.problems, [p.message for p in report.problems]
