@@ -176,6 +176,8 @@ class DiffusionProfile(Strict):
     it only in paged_scheduler mode), so the plan holds room for all of it outside any KV."""
 
     peak_bytes: int = Field(gt=0, description="Beyond weights: activations, context KV copies, decode, slack.")
+    bytes_per_seq: int = Field(
+        default=0, ge=0, description="More for each of max_num_seqs (requests batched into one forward).")
     resolution: str = Field(min_length=1, description="The request it is sized for, e.g. 1024x1024 with CFG.")
     source: str = Field(min_length=1)
 

@@ -163,7 +163,8 @@ def activation_peak(stage: StageSpec, tp: int, knobs: StageKnobs, version: OmniV
     A stage with a vLLM decoder: profile.profile_terms. A generation stage (a vocoder):
     its frames decoded at once times the bytes per frame; nothing persists."""
     if stage.diffusion_profile is not None:
-        return stage.diffusion_profile.peak_bytes, 0
+        dp = stage.diffusion_profile
+        return dp.peak_bytes + dp.bytes_per_seq * knobs.max_num_seqs, 0
     if stage.generation_profile is not None:
         gp = stage.generation_profile
         frames = max(1, knobs.max_num_batched_tokens // gp.tokens_per_frame)

@@ -104,6 +104,18 @@ def _refuse_catalog_only(config_path: Path, reference: str) -> None:
         if (config_path.parent / sidecar).is_file():
             raise InputError(f"{reference}: its {sidecar} makes it a {name.split()[0]} checkpoint, whose directory is "
                              f"not read yet ({why}); plan it by its catalog name: --model {name}")
+    index = config_path.parent / "model_index.json"
+    if index.is_file() and not config_path.is_file():  # a diffusers pipeline: its class names the catalog entry
+        try:
+            cls = json.loads(index.read_text(encoding="utf-8")).get("_class_name")
+        except (OSError, ValueError, AttributeError):
+            cls = None
+        names = sorted(n for n, spec in model_catalog().items() if cls and spec.model_arch == cls)
+        # one class serves several checkpoints (Wan2.2's TI2V-5B and T2V-A14B are both WanPipeline)
+        hint = (f"catalog entry {names[0]} runs {model_catalog()[names[0]].hf_id} with that class: if this is that "
+                f"checkpoint, plan it by its catalog name: --model {names[0]}") if names else "no catalog pipeline runs it"
+        raise InputError(f"{reference}: a diffusers pipeline directory (model_index.json, _class_name {cls!r}) is not "
+                         f"read yet; {hint}")
 
     try:
         model_type = json.loads(config_path.read_text(encoding="utf-8")).get("model_type")

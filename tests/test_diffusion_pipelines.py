@@ -54,3 +54,38 @@ def test_gr00t_counts_give_the_public_readout_of_its_checkpoint():
 def test_the_bundled_gr00t_file_starts_on_a_24gb_card(gpus):
     report = _check("Gr00tN1d7.yaml", gpus, "gr00t-n1.7-3b")
     assert report.ok and not report.problems, [p.message for p in report.problems]
+
+
+def test_wan22_counts_give_the_published_sizes():
+    parts = {c.name: c.params for c in lookup_model("wan2.2-ti2v-5b").stage("dit").components}
+    assert round(2 * (parts["dit_blocks"] + parts["dit_replicated"]) / GiB, 2) == 9.31
+    assert round(2 * parts["vae"] / GiB, 2) == 1.31
+    assert 0 < 11_361_920_418 - 2 * parts["umt5_xxl"] < 0.00001 * 11_361_920_418  # the bf16 file, its header
+
+
+def test_wan22s_peak_grows_with_the_requests_it_batches():
+    from omni_autoconf.memory import StageKnobs, stage_memory
+
+    dit = lookup_model("wan2.2-ti2v-5b").stage("dit")
+    peaks = [stage_memory(dit, 1, StageKnobs(0, seqs, 32768, True), omni_version("0.30")).activation_bytes
+             for seqs in (1, 4)]
+    assert peaks[1] - peaks[0] == 3 * dit.diffusion_profile.bytes_per_seq and peaks[1] > 20 * GiB
+
+
+def test_the_bundled_wan22_file_starts_on_one_a100_80gb():
+    """720p, 121-frame requests run on one A100-80GB (https://github.com/vllm-project/vllm-omni/pull/7189)."""
+    report = _check("wan2_2_ti2v.yaml", "1xA100-80GB", "wan2.2-ti2v-5b")
+    assert report.ok and not report.problems, [p.message for p in report.problems]
+
+
+def test_a_diffusers_directory_points_to_the_catalog_entry_of_its_class(tmp_path):
+    from click.testing import CliRunner
+
+    from omni_autoconf.cli import main
+
+    (tmp_path / "model_index.json").write_text('{"_class_name": "WanPipeline"}')
+    result = CliRunner().invoke(main, ["--gpus", "1xA100-80GB", "--model", str(tmp_path), "-q"])
+    assert result.exit_code == 2 and "--model wan2.2-ti2v-5b" in result.stderr
+    (tmp_path / "model_index.json").write_text('{"_class_name": "FluxPipeline"}')
+    result = CliRunner().invoke(main, ["--gpus", "1xA100-80GB", "--model", str(tmp_path), "-q"])
+    assert result.exit_code == 2 and "no catalog pipeline runs it" in result.stderr
