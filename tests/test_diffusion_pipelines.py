@@ -89,3 +89,18 @@ def test_a_diffusers_directory_points_to_the_catalog_entry_of_its_class(tmp_path
     (tmp_path / "model_index.json").write_text('{"_class_name": "FluxPipeline"}')
     result = CliRunner().invoke(main, ["--gpus", "1xA100-80GB", "--model", str(tmp_path), "-q"])
     assert result.exit_code == 2 and "no catalog pipeline runs it" in result.stderr
+
+
+def test_glm_image_reproduces_its_logged_kv_and_dit_weights():
+    """"Available KV cache memory: 25.0 GiB", "GPU KV cache size: 655,360 tokens" (util 0.6) and
+    the dit's "Model loading took 14.0673 GiB" (https://github.com/vllm-project/vllm-omni/issues/3382)."""
+    from omni_autoconf.memory import StageKnobs, stage_memory
+
+    report = _check("glm_image.yaml", "2xH100-80GB", "glm-image")
+    assert report.ok and not report.problems, [p.message for p in report.problems]
+    ar = report.stages[0]
+    assert ar.run.knobs.max_model_len == 131072
+    assert 24.5 * GiB <= ar.kv_cache_bytes <= 25.0 * GiB and ar.kv_cache_tokens <= 655_360
+    dit = lookup_model("glm-image").stage("dit")
+    weights = stage_memory(dit, 1, StageKnobs(0, 1, 32768, True), omni_version("0.30")).weights_bytes
+    assert 14.0673 * GiB <= weights < 14.0674 * GiB
