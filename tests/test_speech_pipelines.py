@@ -333,3 +333,23 @@ def test_the_bundled_moss_tts_realtime_file_starts_on_one_80gb_card():
 
     report = _check("moss_tts_realtime.yaml", parse_gpus("1xH100-80GB"), "moss-tts-realtime")
     assert report.ok and not report.problems, [p.message for p in report.problems]
+
+
+def test_ming_tts_moe_counts_give_lings_16_8b_and_its_file_fits_the_h20_it_names():
+    """ming_tts_moe.yaml: "~31GB bf16 + the tiny audio VAE fit one 80GB+ GPU ... fits 97GB H20"."""
+    from omni_autoconf.gpus import parse_gpus
+
+    llm = {c.name: c.params for c in lookup_model("ming-tts-16.8b-a3b").stage("llm").components}
+    backbone = llm["moe_layers"] + llm["routers_and_norms"] + llm["embeddings"]
+    assert round((backbone + 126_464 * 2048) / 1e9, 1) == 16.8  # with the lm_head vLLM-Omni drops
+    assert round(2 * backbone / GiB, 1) == 30.8  # "~31GB bf16"
+    report = _check("ming_tts_moe.yaml", parse_gpus("1xH20"), "ming-tts-16.8b-a3b")
+    assert report.ok and not report.problems, [p.message for p in report.problems]
+
+
+@pytest.mark.parametrize("gpus", ["1xL4", "1xH100-80GB"])
+def test_the_bundled_dense_ming_tts_file_starts_on_one_gpu(gpus):
+    from omni_autoconf.gpus import parse_gpus
+
+    report = _check("ming_tts.yaml", parse_gpus(gpus), "ming-tts-0.5b")
+    assert report.ok and not report.problems, [p.message for p in report.problems]
