@@ -96,8 +96,11 @@ def resolve_settings(pipeline: PipelineSpec, config: ConfigFile, version: OmniVe
         chunked = True if st.enable_chunked_prefill is None else st.enable_chunked_prefill
         mml = st.max_model_len or spec.transformer.max_position
         first = gpus[devices[0]] if devices and 0 <= devices[0] < len(gpus) else gpus[0]
+        asked = st.max_num_seqs
+        if asked is None and not spec.bounded_by_fraction:
+            asked = F.DIFFUSION_DEFAULT_MAX_NUM_SEQS
         seqs, tokens = F.default_batch(version.vllm, first.name, first.total_bytes, mml, chunked,
-                                       st.max_num_seqs, st.max_num_batched_tokens)
+                                       asked, st.max_num_batched_tokens)
         kv_text = st.kv_cache_dtype or "auto"
         # DeployConfig async_chunk defaults to True; the legacy loader's to False
         streaming = config.async_chunk if config.async_chunk is not None else config.schema == "deploy"

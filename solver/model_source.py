@@ -112,8 +112,9 @@ def _refuse_catalog_only(config_path: Path, reference: str) -> None:
             cls = None
         names = sorted(n for n, spec in model_catalog().items() if cls and spec.model_arch == cls)
         # one class serves several checkpoints (Wan2.2's TI2V-5B and T2V-A14B are both WanPipeline)
-        hint = (f"catalog entry {names[0]} runs {model_catalog()[names[0]].hf_id} with that class: if this is that "
-                f"checkpoint, plan it by its catalog name: --model {names[0]}") if names else "no catalog pipeline runs it"
+        runs = ", ".join(f"{n} ({model_catalog()[n].hf_id})" for n in names)
+        hint = (f"the catalog runs that class for {runs}: if this is one of those checkpoints, plan it by its catalog "
+                f"name: --model {names[0]}") if names else "no catalog pipeline runs it"
         raise InputError(f"{reference}: a diffusers pipeline directory (model_index.json, _class_name {cls!r}) is not "
                          f"read yet; {hint}")
 

@@ -100,6 +100,11 @@ def default_gpu_memory_utilization(vllm: tuple[int, int]) -> float:
     return 0.92 if vllm >= (0, 20) else 0.9
 
 
+# A diffusion stage's max_num_seqs when its file sets none: OmniDiffusionConfig's default
+# (vllm_omni 0.30.0 diffusion/data.py:1106), not vLLM's engine default.
+DIFFUSION_DEFAULT_MAX_NUM_SEQS = 1
+
+
 # max_num_batched_tokens / max_num_seqs when unset: vllm/engine/arg_utils.py
 # get_batch_defaults and _set_default_max_num_seqs_and_batched_tokens_args (0.30.0 wheel:
 # lines 2701 and 2904; the same table in 0.14.1-0.30.0). vLLM-Omni passes the usage

@@ -104,3 +104,26 @@ def test_glm_image_reproduces_its_logged_kv_and_dit_weights():
     dit = lookup_model("glm-image").stage("dit")
     weights = stage_memory(dit, 1, StageKnobs(0, 1, 32768, True), omni_version("0.30")).weights_bytes
     assert 14.0673 * GiB <= weights < 14.0674 * GiB
+
+
+def test_cosmos3_nano_holds_what_its_default_video_request_was_measured_to_reserve():
+    """The default 1280x720, 189-frame text-to-video request in bf16: "peak_memory_mb_max 48,854"
+    (max_memory_reserved, weights included; https://github.com/vllm-project/vllm-omni/pull/4393)."""
+    report = _check("cosmos3_omni.yaml", "1xH100-80GB", "cosmos3-nano")
+    assert report.ok and not report.problems, [p.message for p in report.problems]
+    assert report.stages[0].run.knobs.max_num_seqs == 1  # a diffusion stage's own default, not vLLM's 1024
+    from omni_autoconf.memory import StageKnobs, stage_memory
+
+    memory = stage_memory(lookup_model("cosmos3-nano").stage("diffusion"), 1, StageKnobs(0, 1, 32768, False),
+                          omni_version("0.30"))
+    assert memory.weights_bytes + memory.activation_bytes >= 48_854 * 2**20
+
+
+@pytest.mark.parametrize("gpus, starts", [("1xL40S", True), ("1xRTX4090", False)])
+def test_the_cosmos3_policy_file_loads_on_48gb_and_not_on_a_24gb_card(gpus, starts):
+    """"4090 24GB 模型初始化 OOM": its 29.3 GiB of weights do not fit a 24 GB card."""
+    report = _check("cosmos3_policy_droid.yaml", gpus, "cosmos3-nano-policy-droid")
+    if starts:
+        assert report.ok and not report.problems, [p.message for p in report.problems]
+    else:
+        assert "load-oom" in {p.code for p in report.errors}
