@@ -127,3 +127,21 @@ def test_the_cosmos3_policy_file_loads_on_48gb_and_not_on_a_24gb_card(gpus, star
         assert report.ok and not report.problems, [p.message for p in report.problems]
     else:
         assert "load-oom" in {p.code for p in report.errors}
+
+
+def test_lance_counts_give_its_checkpoint_and_the_file_starts_on_a_48gb_card():
+    """Lance_3B/model.safetensors: 6.185 B parameters in bf16 (12.3 GB)."""
+    parts = {c.name: c.params for c in lookup_model("lance-3b").stage("dit").components}
+    assert round((parts["mot_linears"] + parts["embeddings"] + parts["head_norms_adapters"]) / 1e9, 3) == 6.185
+    report = _check("lance.yaml", "1xL40S", "lance-3b")
+    assert report.ok and not report.problems, [p.message for p in report.problems]
+
+
+def test_dreamzero_holds_its_load_time_kv_pool_and_fits_one_80gb_card():
+    dz = lookup_model("dreamzero-droid").stage("diffusion")
+    pool = 30 * 880 * 819_200  # 30 blocks of one 880-token frame at 819,200 B per token
+    assert dz.diffusion_profile.peak_bytes > pool + 1.17 * GiB + 0.59 * GiB + 1.76 * GiB
+    report = _check("dreamzero.yaml", "1xH100-80GB", "dreamzero-droid")
+    assert report.ok and not report.problems, [p.message for p in report.problems]
+    # on a 48 GB card the weights load and the pool does not fit (the engine raises at start-up)
+    assert "diffusion-peak-beyond-free" in {p.code for p in _check("dreamzero.yaml", "1xL40S", "dreamzero-droid").errors}
