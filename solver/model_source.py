@@ -50,7 +50,7 @@ _OMNI = {"qwen3_omni_moe": lambda cfg: "qwen3-omni-moe" if cfg.get("enable_audio
 # catalog pipelines whose checkpoint directories are not read yet (BAGEL's VAE sits in
 # ae.safetensors beside its shards, and both stages load tensors of one prefix)
 _CATALOG_ONLY = {"bagel": "bagel-7b-mot", "moss_tts_nano": "moss-tts-nano", "glm_tts": "glm-tts",
-                 "minimax_music3": "minimax-music3"}  # its root holds no shards: all five parts sit in subfolders
+                 "minimax_music3": "minimax-music3", "auk": "auk"}  # its root holds no shards: all five parts sit in subfolders
 
 
 @dataclass(frozen=True)

@@ -145,3 +145,16 @@ def test_dreamzero_holds_its_load_time_kv_pool_and_fits_one_80gb_card():
     assert report.ok and not report.problems, [p.message for p in report.problems]
     # on a 48 GB card the weights load and the pool does not fit (the engine raises at start-up)
     assert "diffusion-peak-beyond-free" in {p.code for p in _check("dreamzero.yaml", "1xL40S", "dreamzero-droid").errors}
+
+
+def test_auk_counts_give_the_published_resident_figures_and_its_file_starts_on_one_h100():
+    """Text-encoder node "~8.1 GB" and worker "~3.4 GB" in bf16 (Tencent-Hunyuan/AuK docs/SPLIT_DEPLOYMENT.md)."""
+    auk = lookup_model("auk")
+    encoder = sum(c.params for c in auk.stage("encoder").components)
+    assert round(2 * encoder / 1e9, 1) == 8.1
+    from omni_autoconf.memory import StageKnobs, stage_memory
+
+    dit = stage_memory(auk.stage("dit"), 1, StageKnobs(0, 1, 32768, True), omni_version("0.30")).weights_bytes
+    assert round(dit / GiB, 1) == 3.4
+    report = _check("auk.yaml", "1xH100-80GB", "auk")
+    assert report.ok and not report.problems, [p.message for p in report.problems]
