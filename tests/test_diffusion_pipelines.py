@@ -158,3 +158,11 @@ def test_auk_counts_give_the_published_resident_figures_and_its_file_starts_on_o
     assert round(dit / GiB, 1) == 3.4
     report = _check("auk.yaml", "1xH100-80GB", "auk")
     assert report.ok and not report.problems, [p.message for p in report.problems]
+
+
+@pytest.mark.parametrize("gpus, starts", [("1xH200", True), ("1xH100-80GB", False)])
+def test_lingbot_world_fits_the_h200_its_recipe_runs_and_not_one_80gb_card_at_tp1(gpus, starts):
+    dit = {c.name: c.params for c in lookup_model("lingbot-world-v2-14b").stage("diffusion").components}
+    assert round((dit["dit_sharded"] + dit["dit_whole"]) / 1e9, 1) == 18.5  # "18.5 B parameters each"
+    report = _check("lingbot_world_v2_stepwise.yaml", gpus, "lingbot-world-v2-14b")
+    assert report.ok == starts and (starts or "diffusion-peak-beyond-free" in {p.code for p in report.errors})
