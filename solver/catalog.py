@@ -122,10 +122,21 @@ class StageSpec(Strict):
     def has_kv_cache(self) -> bool:
         return self.role == "autoregressive"
 
-    def default_min_requests(self, max_num_seqs: int) -> int:
-        """KV rows of max_model_len the plan holds unless --min-concurrency says: one user request's rows, or
-        every admitted request's where a preempted one cannot resume."""
-        return max_num_seqs if self.every_request_kv else self.kv_rows_per_request
+    def min_requests(self, max_num_seqs: int, asked: int | None = None) -> int:
+        """KV rows of max_model_len the plan holds: --min-concurrency's rounded up to whole requests (CFG's pairs),
+        else one request's rows, or every admitted request's where a preempted one cannot resume."""
+        rows = self.kv_rows_per_request
+        if asked is not None:
+            return -(-asked // rows) * rows
+        return max_num_seqs if self.every_request_kv else rows
+
+    def rows_rule_error(self, max_num_seqs: int) -> str | None:
+        """Why max_num_seqs breaks a request of several KV rows (None: it does not)."""
+        rows = self.kv_rows_per_request
+        if rows == 1 or max_num_seqs % rows == 0:
+            return None
+        return (f"max_num_seqs {max_num_seqs}: a request of {self.name} is {rows} KV rows decoded in one step "
+                f"({self.kv_rows_source.strip()}), so max_num_seqs counts rows and must be a multiple of {rows}")
 
     @property
     def input_stage_ids(self) -> list[int]:
@@ -143,8 +154,9 @@ class StageSpec(Strict):
         rule = self.batch_rule
         if rule is None or (max_num_batched_tokens >= rule.minimum and max_num_batched_tokens % rule.multiple_of == 0):
             return None
-        return (f"{self.name}'s max_num_batched_tokens must be a multiple of {rule.multiple_of} and at least "
-                f"{rule.minimum}, not {max_num_batched_tokens} ({rule.source})")
+        multiple = f"a multiple of {rule.multiple_of} and " if rule.multiple_of > 1 else ""
+        return (f"{self.name}'s max_num_batched_tokens must be {multiple}at least {rule.minimum}, not "
+                f"{max_num_batched_tokens} ({rule.source.strip()})")
 
     @property
     def bounded_by_fraction(self) -> bool:

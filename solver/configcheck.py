@@ -200,6 +200,10 @@ def _engine_problems(rs: ResolvedSetting, version: OmniVersion) -> list[CheckPro
     rule = rs.spec.batch_rule_error(k.max_num_batched_tokens)
     if rule is not None:  # the model's own requirement: it starts, and its chunks break
         found.append(CheckProblem("stage-batch-rule", rs.spec.name, None, rule, {}))
+    rows = rs.spec.rows_rule_error(k.max_num_seqs)
+    if rows is not None:  # it starts; below one request's rows none completes, else a row waits
+        found.append(CheckProblem("cfg-rows-unpaired" if k.max_num_seqs < rs.spec.kv_rows_per_request
+                                  else "stage-batch-rule", rs.spec.name, None, rows, {}))
     if rs.spec.has_kv_cache and k.max_model_len > rs.spec.transformer.max_position:
         # vllm/config/model.py _get_and_verify_max_len (0.14.1-0.30.0). vLLM-Omni 0.20+
         # sets VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 for a stage with max_model_len
@@ -259,5 +263,14 @@ def check_config(pipeline: PipelineSpec, gpus: list[Gpu], version: OmniVersion, 
     groups = tuple(tuple(index[n] for n in group) for group in exclusive)
     startup = simulate(runs, gpus, upstream=upstream, parallel_init=parallel_init,
                        margin=margin_bytes(buffer_bytes), exclusive_groups=groups, frontend=pipeline.frontend_gpu_bytes)
+    for outcome in startup.stages:  # a CFG request's rows must all fit the cache at once
+        rows = pipeline.stage(outcome.run.name).kv_rows_per_request
+        if outcome.run.has_kv and outcome.started and rows > 1 \
+                and outcome.kv_cache_tokens < rows * outcome.run.knobs.max_model_len:
+            problems.append(CheckProblem(
+                "cfg-rows-unpaired", outcome.run.name, None,
+                f"its KV cache holds {outcome.kv_cache_tokens} tokens, fewer than the {rows} rows of "
+                f"{outcome.run.knobs.max_model_len} one request takes: it starts, and a full-length request never "
+                "completes", {"kv_cache_tokens": outcome.kv_cache_tokens}))
     return CheckReport(config, version, upstream, parallel_init, tuple(settings), startup,
                        tuple(problems) + startup.problems)

@@ -89,9 +89,9 @@ def stage_knob_errors(pipeline: PipelineSpec, st: StageSpec, k: StageKnobs, sche
     if st.max_num_seqs_limit is not None and k.max_num_seqs > st.max_num_seqs_limit:
         errors.append(f"{pipeline.name}'s {st.name} batches at most {st.max_num_seqs_limit} request(s) "
                       f"({st.max_num_seqs_limit_source})")
-    rule = st.batch_rule_error(k.max_num_batched_tokens)
-    if rule is not None:
-        errors.append(rule)
+    for rule in (st.batch_rule_error(k.max_num_batched_tokens), st.rows_rule_error(k.max_num_seqs)):
+        if rule is not None:
+            errors.append(rule)
     errors += engine_config_errors(
         max_model_len=k.max_model_len, max_num_seqs=k.max_num_seqs, max_num_batched_tokens=k.max_num_batched_tokens,
         chunked_prefill=pipeline.chunked_prefill(st, schema), kv_cache_dtype="auto" if k.kv_cache_dtype == "auto" else "fp8",

@@ -50,7 +50,12 @@ _OMNI = {"qwen3_omni_moe": lambda cfg: "qwen3-omni-moe" if cfg.get("enable_audio
 # catalog pipelines whose checkpoint directories are not read yet (BAGEL's VAE sits in
 # ae.safetensors beside its shards, and both stages load tensors of one prefix)
 _CATALOG_ONLY = {"bagel": "bagel-7b-mot", "moss_tts_nano": "moss-tts-nano", "glm_tts": "glm-tts",
-                 "minimax_music3": "minimax-music3", "auk": "auk"}  # its root holds no shards: all five parts sit in subfolders
+                 "minimax_music3": "minimax-music3", "auk": "auk", "Gr00tN1d7": "gr00t-n1.7-3b"}
+# LeRobot policy configs name their kind in `type`, not model_type (vllm_omni 0.30.0 diffusion/data.py:1726-1735)
+_LEROBOT_TYPES = {"pi0": "pi0", "pi05": "pi05"}
+# a diffusers model_index.json class a catalog pipeline's diffusion stage runs, where its model_arch names the
+# AR stage's class (vllm_omni 0.30.0 model_executor/models/glm_image/pipeline.py diffusers_class_name)
+_DIFFUSERS_CLASSES = {"GlmImagePipeline": "glm-image"}  # its root holds no shards: all five parts sit in subfolders
 
 
 @dataclass(frozen=True)
@@ -110,7 +115,8 @@ def _refuse_catalog_only(config_path: Path, reference: str) -> None:
             cls = json.loads(index.read_text(encoding="utf-8")).get("_class_name")
         except (OSError, ValueError, AttributeError):
             cls = None
-        names = sorted(n for n, spec in model_catalog().items() if cls and spec.model_arch == cls)
+        names = sorted(n for n, spec in model_catalog().items()
+                       if cls and (spec.model_arch == cls or _DIFFUSERS_CLASSES.get(cls) == n))
         # one class serves several checkpoints (Wan2.2's TI2V-5B and T2V-A14B are both WanPipeline)
         runs = ", ".join(f"{n} ({model_catalog()[n].hf_id})" for n in names)
         hint = (f"the catalog runs that class for {runs}: if this is one of those checkpoints, plan it by its catalog "
@@ -119,11 +125,15 @@ def _refuse_catalog_only(config_path: Path, reference: str) -> None:
                          f"read yet; {hint}")
 
     try:
-        model_type = json.loads(config_path.read_text(encoding="utf-8")).get("model_type")
+        cfg = json.loads(config_path.read_text(encoding="utf-8"))
+        model_type, kind = cfg.get("model_type"), cfg.get("type")
     except (OSError, ValueError, AttributeError):
         return  # read_local names what is wrong with the file
     if isinstance(model_type, str) and model_type in _CATALOG_ONLY:
         raise _catalog_only(reference, model_type)
+    if isinstance(kind, str) and kind in _LEROBOT_TYPES and model_type is None:
+        raise InputError(f"{reference}: a LeRobot {kind} policy directory is not read yet; plan it by its catalog "
+                         f"name: --model {_LEROBOT_TYPES[kind]}")
 
 
 def _catalog_only(reference: str, model_type: str) -> InputError:

@@ -232,7 +232,7 @@ def build_problem(request: Request) -> tuple[Problem, dict[str, StageKnobs]]:
                 has_kv=st.has_kv_cache,
                 options=options,
                 max_model_len=knobs[st.name].max_model_len,
-                min_requests=request.min_concurrency.get(st.name, st.default_min_requests(knobs[st.name].max_num_seqs)),
+                min_requests=st.min_requests(knobs[st.name].max_num_seqs, request.min_concurrency.get(st.name)),
                 weight_pct=round(100 * request.weight.get(st.name, 1.0)),
                 pinned_tp=pinned_tp,
                 pinned_devices=pinned_devices,

@@ -25,6 +25,7 @@ PROBLEM_CODES = {
     "diffusion-peak-beyond-free": "error",
     "no-kv-memory": "error",
     "kv-below-max-model-len": "error",
+    "cfg-rows-unpaired": "error",
     "gpu-oversubscribed": "error",
     "fraction-below-usage": "warning",
     "no-kv-fraction-capped": "warning",

@@ -166,3 +166,19 @@ def test_lingbot_world_fits_the_h200_its_recipe_runs_and_not_one_80gb_card_at_tp
     assert round((dit["dit_sharded"] + dit["dit_whole"]) / 1e9, 1) == 18.5  # "18.5 B parameters each"
     report = _check("lingbot_world_v2_stepwise.yaml", gpus, "lingbot-world-v2-14b")
     assert report.ok == starts and (starts or "diffusion-peak-beyond-free" in {p.code for p in report.errors})
+
+
+@pytest.mark.parametrize("files, name", [
+    ({"model_index.json": '{"_class_name": "GlmImagePipeline"}'}, "glm-image"),  # the dit's class, not the AR's
+    ({"config.json": '{"type": "pi05"}'}, "pi05"),  # a LeRobot config names its kind in `type`
+    ({"config.json": '{"model_type": "Gr00tN1d7"}'}, "gr00t-n1.7-3b"),
+])
+def test_diffusion_checkpoint_directories_point_to_their_catalog_entry(tmp_path, files, name):
+    from click.testing import CliRunner
+
+    from omni_autoconf.cli import main
+
+    for filename, text in files.items():
+        (tmp_path / filename).write_text(text)
+    result = CliRunner().invoke(main, ["--gpus", "1xH100-80GB", "--model", str(tmp_path), "-q"])
+    assert result.exit_code == 2 and f"--model {name}" in result.stderr

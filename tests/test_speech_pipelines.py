@@ -353,3 +353,40 @@ def test_the_bundled_dense_ming_tts_file_starts_on_one_gpu(gpus):
 
     report = _check("ming_tts.yaml", parse_gpus(gpus), "ming-tts-0.5b")
     assert report.ok and not report.problems, [p.message for p in report.problems]
+
+
+def test_minimax_music3s_rows_come_in_pairs_in_the_plan_and_in_check(tmp_path):
+    from omni_autoconf.configcheck import check_config
+    from omni_autoconf.configfile import read_config
+    from omni_autoconf.gpus import parse_gpus
+
+    from wheels import wheel_root
+
+    base = ["--gpus", "1xH100-80GB", "--model", "minimax-music3", "-q"]
+    odd = _run(*base, "--max-num-seqs", "minimax_music3_ar=3")
+    assert odd.exit_code == 2 and "must be a multiple of 2" in odd.stderr
+    one = json.loads(_run(*base, "--min-concurrency", "minimax_music3_ar=1", "--format", "json").stdout)
+    assert one["stages"][0]["kv_cache_tokens"] >= 2 * 10240  # one row asked for: one whole request planned
+    text = (wheel_root("0.30") / "vllm_omni" / "deploy" / "minimax_music3.yaml").read_text()
+    path = tmp_path / "one.yaml"
+    path.write_text(text.replace("max_num_seqs: 16", "max_num_seqs: 1"))
+    report = check_config(lookup_model("minimax-music3"), parse_gpus("1xH200"), omni_version("0.30"),
+                          read_config(str(path)))
+    assert "cfg-rows-unpaired" in {p.code for p in report.errors}
+    path.write_text(text.replace("gpu_memory_utilization: 0.6", "gpu_memory_utilization: 0.15"))
+    report = check_config(lookup_model("minimax-music3"), parse_gpus("1xH200"), omni_version("0.30"),
+                          read_config(str(path)))
+    talker = report.stages[0]
+    assert talker.started and 10240 <= talker.kv_cache_tokens < 2 * 10240  # one row fits vLLM's check, not a pair
+    assert "cfg-rows-unpaired" in {p.code for p in report.errors}
+
+
+def test_indextts_2s_plan_keeps_each_prefill_in_one_step_and_check_warns_on_the_bundled_512():
+    from omni_autoconf.gpus import parse_gpus
+    import yaml
+
+    report = _check("indextts2.yaml", parse_gpus("1xL4"), "indextts-2")
+    assert report.ok and {p.code for p in report.problems} == {"stage-batch-rule"}
+    plan = yaml.safe_load(_run("--gpus", "1xL4", "--model", "indextts-2", "-q").stdout)
+    talker = plan["stages"][0]
+    assert talker["enable_chunked_prefill"] is False and talker["max_num_batched_tokens"] >= talker["max_model_len"]
