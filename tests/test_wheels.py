@@ -32,7 +32,7 @@ def _effective_engine_args(stage) -> dict:
 
 # the cards each model's file is written for: two H100s, unless one stage needs more than
 # one 80 GB card holds at the TP degrees upstream runs
-GPUS_FOR = {"lingbot-world-v2-14b": "2xH200"}
+GPUS_FOR = {"lingbot-world-v2-14b": "2xH200", "hunyuanvideo-1.5-480p-t2v": "2xH200"}
 
 
 @pytest.mark.parametrize("version", DEPLOY_VERSIONS)
