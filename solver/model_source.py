@@ -41,6 +41,7 @@ _OMNI = {"qwen3_omni_moe": lambda cfg: "qwen3-omni-moe" if cfg.get("enable_audio
          "moss_tts_delay": lambda cfg: "moss-tts" if cfg.get("n_vq") == 32 and optional_mapping(
              cfg, "language_config", "config.json").get("num_hidden_layers") == 36 else None,
          "moss_tts_realtime": lambda cfg: "moss-tts-realtime",
+         "moss_tts_local": lambda cfg: "moss-tts-local-1.5",
          # the 0.1B Audio8 sibling shares the model_type but is a Falcon-H1 hybrid that 0.30 does not serve
          # (https://github.com/vllm-project/vllm-omni/pull/6593): None refuses it
          "arktts": lambda cfg: "audio8-tts-0.6b" if (cfg.get("dim"), cfg.get("n_layer")) == (896, 24) else None,

@@ -390,3 +390,27 @@ def test_indextts_2s_plan_keeps_each_prefill_in_one_step_and_check_warns_on_the_
     plan = yaml.safe_load(_run("--gpus", "1xL4", "--model", "indextts-2", "-q").stdout)
     talker = plan["stages"][0]
     assert talker["enable_chunked_prefill"] is False and talker["max_num_batched_tokens"] >= talker["max_model_len"]
+
+
+def test_moss_tts_local_counts_give_its_files_and_its_h200_file_starts_with_the_pinned_kv():
+    """"9.11 GB F16 GGUF, 438 tensors" for the talker, 2,123,701,248 codec parameters, and
+    moss_tts_local_h200.yaml: "both stages on one H200", KV pinned at 32 GiB."""
+    from omni_autoconf.gpus import parse_gpus
+
+    pipeline = lookup_model("moss-tts-local-1.5")
+    talker = sum(c.params for c in pipeline.stage("moss_tts_local").components if c.in_checkpoint)
+    assert round(2 * talker / 1e9, 1) == 9.1
+    codec = {c.name: c.params for c in pipeline.stage("moss_tts_local_codec").components}
+    assert codec["codec_encoder"] + codec["codec_decoder"] == 2_123_701_248
+    report = _check("moss_tts_local_h200.yaml", parse_gpus("1xH200"), "moss-tts-local-1.5")
+    assert report.ok and report.stages[0].kv_cache_tokens == 233_008  # 32 GiB / (16 x 147,456 B) blocks of 16
+
+
+def test_a_moss_tts_local_directory_reads_the_talker_from_its_headers(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "moss_tts_local", "n_vq": 12}))
+    stored = write_safetensors(tmp_path / "model.safetensors", {
+        "transformer.layers.0.self_attn.q_proj.weight": ("BF16", [3_633_511_936]),
+        "transformer.embed_tokens.weight": ("BF16", [151_936, 2560]), "text_lm_head.weight": ("BF16", [151_936, 2560]),
+        "audio_embeddings.0.weight": ("BF16", [12 * 1024, 2560]), "local_transformer.h.0.attn.weight": ("BF16", [76_100_000])})
+    data = json.loads(_run("--gpus", "1xH200", "--model", str(tmp_path), "--format", "json", "-q").stdout)
+    assert data["model"] == "moss-tts-local-1.5" and data["stages"][0]["weights_bytes"] == stored + 2 * 31_457_280
