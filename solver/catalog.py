@@ -78,6 +78,9 @@ class StageSpec(Strict):
         default=1, ge=1, description="KV rows of max_model_len one user request takes (2: CFG's conditioned and "
         "unconditioned rows); max_num_seqs and the plan's headroom count rows.")
     kv_rows_source: str | None = None
+    whole_prefill: str | None = Field(
+        default=None, description="Set (why): the model raises on a prefill split over steps, so chunked prefill "
+        "must be off (and max_num_batched_tokens then at least max_model_len, vLLM's rule).")
     batch_rule: BatchRule | None = None
     defaults: dict[Schema, MemoryDefaults]
     deploy_fields: dict[str, Any] = Field(default_factory=dict, description="Non-memory keys of a deploy stage.")

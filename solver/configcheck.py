@@ -200,6 +200,11 @@ def _engine_problems(rs: ResolvedSetting, version: OmniVersion) -> list[CheckPro
     rule = rs.spec.batch_rule_error(k.max_num_batched_tokens)
     if rule is not None:  # the model's own requirement: it starts, and its chunks break
         found.append(CheckProblem("stage-batch-rule", rs.spec.name, None, rule, {}))
+    if rs.spec.whole_prefill and rs.chunked_prefill:  # it starts; a prompt that overflows a step is then refused
+        found.append(CheckProblem("stage-batch-rule", rs.spec.name, None,
+                                  f"chunked prefill is on: a prompt that overflows a step's budget ({k.max_num_batched_tokens} "
+                                  f"tokens, shared by the requests in it) is split over steps, which {rs.spec.name} "
+                                  f"refuses ({rs.spec.whole_prefill.strip()})", {}))
     rows = rs.spec.rows_rule_error(k.max_num_seqs)
     if rows is not None:  # it starts; below one request's rows none completes, else a row waits
         found.append(CheckProblem("cfg-rows-unpaired" if k.max_num_seqs < rs.spec.kv_rows_per_request

@@ -48,15 +48,20 @@ _OMNI = {"qwen3_omni_moe": lambda cfg: "qwen3-omni-moe" if cfg.get("enable_audio
          "qwen2_5_omni": lambda cfg: "qwen2.5-omni-3b" if _thinker_hidden(cfg) == 2048 else "qwen2.5-omni-7b"}
 
 
-# catalog pipelines whose checkpoint directories are not read yet (BAGEL's VAE sits in
-# ae.safetensors beside its shards, and both stages load tensors of one prefix)
-_CATALOG_ONLY = {"bagel": "bagel-7b-mot", "moss_tts_nano": "moss-tts-nano", "glm_tts": "glm-tts",
-                 "minimax_music3": "minimax-music3", "auk": "auk", "Gr00tN1d7": "gr00t-n1.7-3b"}
+# catalog pipelines whose checkpoint directories are not read yet, and why
+_CATALOG_ONLY = {
+    "bagel": ("bagel-7b-mot", "its VAE sits in ae.safetensors beside its shards, and both stages load one prefix"),
+    "moss_tts_nano": ("moss-tts-nano", "its weights sit in more than one folder"),
+    "glm_tts": ("glm-tts", "its weights sit in more than one folder"),
+    "minimax_music3": ("minimax-music3", "its root holds no shards: all five parts sit in subfolders"),
+    "auk": ("auk", "an upstream tool assembles it; the stages read their own files"),
+    "Gr00tN1d7": ("gr00t-n1.7-3b", "its backbone's layout comes from another repository's config"),
+}
 # LeRobot policy configs name their kind in `type`, not model_type (vllm_omni 0.30.0 diffusion/data.py:1726-1735)
 _LEROBOT_TYPES = {"pi0": "pi0", "pi05": "pi05"}
 # a diffusers model_index.json class a catalog pipeline's diffusion stage runs, where its model_arch names the
 # AR stage's class (vllm_omni 0.30.0 model_executor/models/glm_image/pipeline.py diffusers_class_name)
-_DIFFUSERS_CLASSES = {"GlmImagePipeline": "glm-image"}  # its root holds no shards: all five parts sit in subfolders
+_DIFFUSERS_CLASSES = {"GlmImagePipeline": "glm-image"}
 
 
 @dataclass(frozen=True)
@@ -138,8 +143,9 @@ def _refuse_catalog_only(config_path: Path, reference: str) -> None:
 
 
 def _catalog_only(reference: str, model_type: str) -> InputError:
-    return InputError(f"{reference}: a {model_type} directory is not read yet (its weights sit in more than one "
-                      f"folder); plan it by its catalog name: --model {_CATALOG_ONLY[model_type]}")
+    name, why = _CATALOG_ONLY[model_type]
+    return InputError(f"{reference}: a {model_type} directory is not read yet ({why}); plan it by its catalog name: "
+                      f"--model {name}")
 
 
 def from_checkpoint(ckpt: Checkpoint, reference: str) -> ModelSource:

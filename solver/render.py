@@ -188,6 +188,11 @@ def header(plan: Plan) -> str:
         )
     if not all(sp.stage.bounded_by_fraction for sp in plan.stages):
         lines.append(f"Note: {DIFFUSION_UTIL_NOTE}.")
+    for sp in plan.stages:
+        rows = sp.stage.kv_rows_per_request
+        if sp.stage.has_kv_cache and rows > 1:
+            lines.append(f"Note: a request of {sp.stage.name} is {rows} KV rows (CFG's); its headroom and max_num_seqs "
+                         f"count rows: {sp.headroom / rows:.2f} requests, {sp.knobs.max_num_seqs // rows} at once.")
     if plan.request.pipeline.frontend_gpu_bytes:
         where = "each host's first GPU holds" if several else "GPU 0's outside holds"
         lines.append(f"Note: {where} {_gib(plan.request.pipeline.frontend_gpu_bytes)} GiB for the API process's "

@@ -148,7 +148,8 @@ def test_dreamzero_holds_its_load_time_kv_pool_and_fits_one_80gb_card():
 
 
 def test_auk_counts_give_the_published_resident_figures_and_its_file_starts_on_one_h100():
-    """Text-encoder node "~8.1 GB" and worker "~3.4 GB" in bf16 (Tencent-Hunyuan/AuK docs/SPLIT_DEPLOYMENT.md)."""
+    """Text-encoder node "~8.1 GB" and worker "~3.4 GB" in bf16 (Tencent-Hunyuan/AuK docs/SPLIT_DEPLOYMENT.md): the
+    first matches in 10^9 bytes, the second in GiB (3.65 GB), so the units of that page are not one."""
     auk = lookup_model("auk")
     encoder = sum(c.params for c in auk.stage("encoder").components)
     assert round(2 * encoder / 1e9, 1) == 8.1
@@ -197,4 +198,5 @@ def test_hunyuanvideo_15_holds_its_measured_reserve_and_counts_the_published_dit
     assert _check("hunyuan_video_15.yaml", "1xH200", "hunyuanvideo-1.5-480p-t2v").ok
     a100 = _check("hunyuan_video_15.yaml", "1xA100-80GB", "hunyuanvideo-1.5-480p-t2v")
     short = a100.startup.gpus[0].used_bytes - a100.startup.gpus[0].gpu.total_bytes
-    assert 0 < short < 0.5 * GiB  # reported as out of memory by less than our context estimate's excess
+    # that run had ~0.1 GiB to spare; the CUDA context and non-torch estimates put the same file 0.37 GiB over
+    assert 0 < short < 0.5 * GiB

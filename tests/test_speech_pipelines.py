@@ -282,6 +282,10 @@ def test_minimax_music3_plans_two_kv_rows_per_song_by_default():
 
     problem, _ = build_problem(make_request("minimax-music3", "1xH100-80GB"))
     assert {st.name: st.min_requests for st in problem.stages if st.has_kv} == {"minimax_music3_ar": 2}
+    for asked, held in [(1, 2), (2, 2), (3, 4)]:  # --min-concurrency counts rows, rounded up to whole requests
+        problem, _ = build_problem(make_request("minimax-music3", "1xH100-80GB",
+                                                min_concurrency={"minimax_music3_ar": asked}))
+        assert problem.stages[0].min_requests == held
     data = json.loads(_run("--gpus", "1xH100-80GB", "--model", "minimax-music3", "--format", "json", "-q").stdout)
     assert data["stages"][0]["kv_cache_tokens"] >= 2 * 10240
 
