@@ -178,8 +178,19 @@ class DiffusionProfile(Strict):
     peak_bytes: int = Field(gt=0, description="Beyond weights: activations, context KV copies, decode, slack.")
     bytes_per_seq: int = Field(
         default=0, ge=0, description="More for each of max_num_seqs (requests batched into one forward).")
+    pool_fraction_of_free: float = Field(
+        default=0.0, ge=0.0, le=1.0, description="An engine that allocates a KV pool at load (the AR-diffusion "
+        "engine's gpu_memory_fraction): this fraction of the memory free once the weights are in, at least "
+        "pool_floor_bytes; it refuses to start when the floor does not fit.")
+    pool_floor_bytes: int = Field(default=0, ge=0, description="The pool's least (one session), part of peak_bytes.")
     resolution: str = Field(min_length=1, description="The request it is sized for, e.g. 1024x1024 with CFG.")
     source: str = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _pool(self) -> "DiffusionProfile":
+        if (self.pool_fraction_of_free > 0) != (self.pool_floor_bytes > 0) or self.pool_floor_bytes > self.peak_bytes:
+            raise ValueError("pool_fraction_of_free and pool_floor_bytes go together, the floor within peak_bytes")
+        return self
 
 
 class BatchRule(Strict):

@@ -66,6 +66,8 @@ class StageMemory:
     # layers, window, max_num_batched_tokens) for hybrid_kv.longest_request; None otherwise
     hybrid_geometry: tuple[int, int, int, int, int] | None = None
     serving_outside_bytes: int = 0  # taken while serving, beyond the fraction (catalog serving_outside)
+    pool_fraction: float = 0.0  # a diffusion engine's load-time KV pool: this share of what is free after load ...
+    pool_floor_bytes: int = 0  # ... at least this, which activation_bytes includes
 
     @property
     def inside_bytes(self) -> int:
@@ -206,6 +208,8 @@ def stage_memory(stage: StageSpec, tp: int, knobs: StageKnobs, version: OmniVers
         state_bytes=state,
         serving_outside_bytes=(stage.serving_outside.bytes + stage.serving_outside.bytes_per_seq * knobs.max_num_seqs
                                if stage.serving_outside is not None else 0),
+        pool_fraction=stage.diffusion_profile.pool_fraction_of_free if stage.diffusion_profile else 0.0,
+        pool_floor_bytes=stage.diffusion_profile.pool_floor_bytes if stage.diffusion_profile else 0,
     )
 
 

@@ -309,15 +309,26 @@ def _start_unbounded(run: StageRun, gpus: list[Gpu], used: dict[int, int], probl
     memory, name = run.memory, run.name
     started = True
     budgets: dict[int, int] = {}
+    pools: dict[int, int] = {}
     for d in run.devices:
         free = gpus[d].total_bytes - used[d]
         if memory.weights_bytes + memory.context_bytes > free:
             problems.append(_load_oom(name, d, memory.weights_bytes, free))
             started = False
+        elif memory.pool_fraction:  # a KV pool sized from what the load leaves (vllm_omni experimental/ar_diffusion)
+            left = free - memory.weights_bytes - memory.context_bytes
+            pools[d] = max(int(memory.pool_fraction * left), memory.pool_floor_bytes)
+            if memory.pool_floor_bytes > left:
+                problems.append(CheckProblem(
+                    "startup-refused", name, d, f"{name}: its KV pool needs at least {_g(memory.pool_floor_bytes)} GiB "
+                    f"(one session), {_g(left)} GiB are free on cuda:{d} once the weights are in: the engine raises at "
+                    "start-up", {"needed_gib": round(memory.pool_floor_bytes / GiB, 2), "free_gib": round(left / GiB, 2)}))
+                started = False
         budgets[d] = memory.inside_bytes
     for d in run.devices:
         if started:  # its load (and a small warm-up) now; its largest request's peak once all are up
-            used[d] += memory.inside_bytes + memory.outside_bytes - memory.serving_outside_bytes - memory.activation_bytes
+            used[d] += (memory.inside_bytes + memory.outside_bytes - memory.serving_outside_bytes - memory.activation_bytes
+                        + pools.get(d, 0))
     return started, budgets
 
 
@@ -330,7 +341,7 @@ def _diffusion_peaks(runs: list[StageRun], members, started: dict[int, bool], gp
         run = runs[i]
         if run.bounded or run.memory is None or not started[i]:
             continue
-        peak = run.memory.activation_bytes
+        peak = run.memory.activation_bytes - run.memory.pool_floor_bytes  # a load-time pool is in already
         for d in run.devices:
             free = gpus[d].total_bytes - used[d]
             if peak > free:
