@@ -56,6 +56,7 @@ _CATALOG_ONLY = {
     "minimax_music3": ("minimax-music3", "its root holds no shards: all five parts sit in subfolders"),
     "auk": ("auk", "an upstream tool assembles it; the stages read their own files"),
     "Gr00tN1d7": ("gr00t-n1.7-3b", "its backbone's layout comes from another repository's config"),
+    "higgs_multimodal_qwen3": ("higgs-audio-v3-4b", "its codec is bundled in the talker's shards, only its decoder loaded"),
 }
 # LeRobot policy configs name their kind in `type`, not model_type (vllm_omni 0.30.0 diffusion/data.py:1726-1735)
 _LEROBOT_TYPES = {"pi0": "pi0", "pi05": "pi05"}

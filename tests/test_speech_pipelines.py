@@ -418,3 +418,15 @@ def test_a_moss_tts_local_directory_reads_the_talker_from_its_headers(tmp_path):
         "audio_embeddings.0.weight": ("BF16", [12 * 1024, 2560]), "local_transformer.h.0.attn.weight": ("BF16", [76_100_000])})
     data = json.loads(_run("--gpus", "1xH200", "--model", str(tmp_path), "--format", "json", "-q").stdout)
     assert data["model"] == "moss-tts-local-1.5" and data["stages"][0]["weights_bytes"] == stored + 2 * 31_457_280
+
+
+@pytest.mark.parametrize("name", ["higgs_multimodal_qwen3.yaml", "higgs_multimodal_qwen3_high_throughput.yaml",
+                                  "higgs_multimodal_qwen3_low_latency.yaml"])
+def test_the_bundled_higgs_v3_files_start_on_the_h100_of_the_recipes_reference_run(name):
+    """"Reference run: 1x H100 80 GB — Stage 0 ~60% GPU memory, Stage 1 ~25%"."""
+    from omni_autoconf.gpus import parse_gpus
+
+    talker = lookup_model("higgs-audio-v3-4b").stage("higgs_audio_v3")
+    assert round(sum(c.params for c in talker.components) / 1e9, 2) == 4.43  # the head planned untied
+    report = _check(name, parse_gpus("1xH100-80GB"), "higgs-audio-v3-4b")
+    assert report.ok and not report.problems, [p.message for p in report.problems]
