@@ -31,9 +31,17 @@ FILES = {  # catalog model -> its bundled file, legacy (0.14-0.18) and deploy (0
     "glm-tts": (None, "deploy/glm_tts.yaml"),  # "Verified on 1x A40 48GB"
     "fish-s2-pro": (None, "deploy/fish_qwen3_omni.yaml"),  # "Verified on 1× H20"
     "audio8-tts-0.6b": (None, "deploy/audio8_tts.yaml"),  # "Measured on 1x H20", in its stage 0 comment
+    "moss-tts": (None, "deploy/moss_tts_80gb.yaml"),
+    "moss-tts-local-1.5": (None, "deploy/moss_tts_local_h200.yaml"),
+    "ming-tts-16.8b-a3b": (None, "deploy/ming_tts_moe.yaml"),
+    "minimax-music3": (None, "deploy/minimax_music3.yaml"),
 }
-# files whose hardware sentence is not in their header: the sentence, quoted, and the cards it names
-MEASURED = {"audio8-tts-0.6b": ("Measured on 1x H20 (20 prompts, mean audio 4.5 s)", "1xH20")}
+# files whose hardware sentence the pattern below does not read: the sentence, quoted, and the cards it names
+MEASURED = {"audio8-tts-0.6b": ("Measured on 1x H20 (20 prompts, mean audio 4.5 s)", "1xH20"),
+            "moss-tts": ("both stages initialize on one H100/H800 80GB", "1xH100-80GB"),
+            "moss-tts-local-1.5": ("both stages on one H200", "1xH200"),
+            "ming-tts-16.8b-a3b": ("fits 97GB H20", "1xH20"),
+            "minimax-music3": ("both on one 140 GB card", "1xH200")}
 VERSIONS = ["0.14", "0.16", "0.18", "0.20", "0.22", "0.24", "0.26", "0.28", "0.30"]
 VERIFIED = re.compile(r"(?:verified|validated here) on (?:(\d+)[x×] (H100|L4|H20|A40)|NVIDIA (A100) \(80GB\))", re.I)
 CATALOG_NAME = {"H100": "H100-80GB", "A100": "A100-80GB", "L4": "L4", "H20": "H20", "A40": "A40"}  # the verified comments' cards
@@ -51,7 +59,8 @@ def _bundled(model: str, version: str):
         pytest.skip(f"vllm-omni {version} ships no {path.name}")
     if model in MEASURED:
         sentence, gpus = MEASURED[model]
-        assert sentence in path.read_text()
+        flat = " ".join(line.strip().lstrip("#").strip() for line in path.read_text().splitlines())
+        assert sentence in flat  # the comment's lines joined
         return path, gpus
     head = "\n".join(path.read_text().splitlines()[:20])
     m = VERIFIED.search(head)
