@@ -21,6 +21,7 @@ from .catalog import (DTYPE_BYTES, PipelineSpec, catalog_text, load_pipeline_tex
 from .checkpoint import Checkpoint, looks_like_hub_id, read_hub, read_local, with_subfolders
 from .errors import InputError
 from .hfconfig import optional_mapping
+from .yamlio import parse_json, read_text
 
 # safetensors dtype -> bytes per element (https://huggingface.co/docs/safetensors)
 _ELEMENT = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "BF16": 2, "F16": 2, "I16": 2, "U16": 2,
@@ -110,18 +111,13 @@ _SIDECARS = {"gepard_config.json": ("gepard-1.0", "its config.json alone reads a
 def _refuse_catalog_only(config_path: Path, reference: str) -> None:
     """A directory of a pipeline whose checkpoint layout is not read: its pointer before
     any shard is looked for (GLM-TTS keeps its shards in llm/)."""
-    import json
-
     for sidecar, (name, why) in _SIDECARS.items():
         if (config_path.parent / sidecar).is_file():
             raise InputError(f"{reference}: its {sidecar} makes it a {name.split()[0]} checkpoint, whose directory is "
                              f"not read yet ({why}); plan it by its catalog name: --model {name}")
     index = config_path.parent / "model_index.json"
     if index.is_file() and not config_path.is_file():  # a diffusers pipeline: its class names the catalog entry
-        try:
-            cls = json.loads(index.read_text(encoding="utf-8")).get("_class_name")
-        except (OSError, ValueError, AttributeError):
-            cls = None
+        cls = _json_object(index).get("_class_name")
         names = sorted(n for n, spec in model_catalog().items()
                        if cls and (spec.model_arch == cls or _DIFFUSERS_CLASSES.get(cls) == n))
         # one class serves several checkpoints (Wan2.2's TI2V-5B and T2V-A14B are both WanPipeline)
@@ -131,16 +127,23 @@ def _refuse_catalog_only(config_path: Path, reference: str) -> None:
         raise InputError(f"{reference}: a diffusers pipeline directory (model_index.json, _class_name {cls!r}) is not "
                          f"read yet; {hint}")
 
-    try:
-        cfg = json.loads(config_path.read_text(encoding="utf-8"))
-        model_type, kind = cfg.get("model_type"), cfg.get("type")
-    except (OSError, ValueError, AttributeError):
-        return  # read_local names what is wrong with the file
+    cfg = _json_object(config_path)  # {} when unreadable: read_local names what is wrong with the file
+    model_type, kind = cfg.get("model_type"), cfg.get("type")
     if isinstance(model_type, str) and model_type in _CATALOG_ONLY:
         raise _catalog_only(reference, model_type)
     if isinstance(kind, str) and kind in _LEROBOT_TYPES and model_type is None:
         raise InputError(f"{reference}: a LeRobot {kind} policy directory is not read yet; plan it by its catalog "
                          f"name: --model {_LEROBOT_TYPES[kind]}")
+
+
+def _json_object(path: Path) -> dict:
+    """A small JSON object file's content, or {} (missing, too large, not JSON, not an object):
+    bounded like every file this tool reads (yamlio.read_text, parse_json)."""
+    try:
+        value = parse_json(read_text(path), str(path)) if path.is_file() else {}
+    except InputError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def _catalog_only(reference: str, model_type: str) -> InputError:

@@ -205,3 +205,15 @@ def test_hunyuanvideo_15_holds_its_measured_reserve_and_counts_the_published_dit
     short = a100.startup.gpus[0].used_bytes - a100.startup.gpus[0].gpu.total_bytes
     # that run had ~0.1 GiB to spare; the CUDA context and non-torch estimates put the same file 0.37 GiB over
     assert 0 < short < 0.5 * GiB
+
+
+@pytest.mark.parametrize("text", ["[" * 100_000, "[1, 2]", "not json", '{"_class_name": ' + '"x" ' * 10 + "}"])
+def test_a_hostile_model_index_json_is_refused_in_one_line(tmp_path, text):
+    from click.testing import CliRunner
+
+    from omni_autoconf.cli import main
+
+    (tmp_path / "model_index.json").write_text(text)
+    result = CliRunner().invoke(main, ["--gpus", "1xL4", "--model", str(tmp_path), "-q"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
