@@ -7,17 +7,9 @@ from __future__ import annotations
 import pytest
 
 from omni_autoconf.catalog import lookup_model
-from omni_autoconf.configcheck import check_config
-from omni_autoconf.configfile import read_config
-from omni_autoconf.gpus import parse_gpus
 from omni_autoconf.vllm_facts import GiB, omni_version
 
-from wheels import wheel_root
-
-
-def _check(name: str, gpus: str, model: str, version: str = "0.30"):
-    path = wheel_root(version) / "vllm_omni" / "deploy" / name
-    return check_config(lookup_model(model), parse_gpus(gpus), omni_version(version), read_config(str(path)))
+from wheels import check_bundled as _check
 
 
 def _params(model: str, stage: str) -> int:

@@ -15,6 +15,7 @@ from omni_autoconf.memory import StageKnobs, stage_memory
 from omni_autoconf.vllm_facts import GiB, omni_version
 
 from test_checkpoints import write_safetensors
+from wheels import check_bundled as _check
 
 
 def _run(*args):
@@ -73,16 +74,6 @@ def test_the_audio8_sibling_of_another_geometry_is_refused_in_one_line(tmp_path)
     result = _run("--gpus", "1xL4", "--model", str(tmp_path), "-q")
     assert result.exit_code == 2
     assert "model_type 'arktts', but not the geometry" in result.stderr and "Traceback" not in result.output
-
-
-def _check(name, gpus, model, version="0.30"):
-    from omni_autoconf.configcheck import check_config
-    from omni_autoconf.configfile import read_config
-
-    from wheels import wheel_root
-
-    return check_config(lookup_model(model), gpus, omni_version(version),
-                        read_config(str(wheel_root(version) / "vllm_omni" / "deploy" / name)))
 
 
 def test_indextts_2_5_reproduces_its_logged_start_up_from_below():
