@@ -289,11 +289,16 @@ class PipelineSpec(Strict):
         top = self.deploy_top if schema == "deploy" else self.legacy_top
         return bool(top.get("async_chunk", schema == "deploy"))
 
+    def _deploy_value(self, stage: StageSpec, key: str):
+        """A deploy file's value of `key` for `stage`: its engine_extras, else the stage's, else the
+        pipeline-wide key (None: unset)."""
+        extras = stage.deploy_fields.get("engine_extras") or {}
+        return extras.get(key, stage.deploy_fields.get(key, self.deploy_top.get(key)))
+
     def written_dtype(self, stage: StageSpec, schema: str) -> str | None:
         """The dtype a file for this stage names (None: auto), stage over pipeline-wide."""
         if schema == "deploy":
-            extras = stage.deploy_fields.get("engine_extras") or {}
-            value = extras.get("dtype", stage.deploy_fields.get("dtype", self.deploy_top.get("dtype")))
+            value = self._deploy_value(stage, "dtype")
         else:
             value = stage.legacy_engine_args.get("dtype")
         return None if value is None else str(value)
@@ -302,9 +307,7 @@ class PipelineSpec(Strict):
         """Whether the stage runs with chunked prefill (vLLM V1's default for decoder models:
         on; vllm/engine/arg_utils.py _set_default_chunked_prefill_and_prefix_caching_args)."""
         if schema == "deploy":
-            extras = stage.deploy_fields.get("engine_extras") or {}
-            value = extras.get("enable_chunked_prefill", stage.deploy_fields.get(
-                "enable_chunked_prefill", self.deploy_top.get("enable_chunked_prefill")))  # a pipeline-wide key
+            value = self._deploy_value(stage, "enable_chunked_prefill")
         else:
             value = stage.legacy_engine_args.get("enable_chunked_prefill")
         return True if value is None else bool(value)

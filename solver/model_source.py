@@ -173,11 +173,15 @@ def from_checkpoint(ckpt: Checkpoint, reference: str) -> ModelSource:
     return exact_weights(base, ckpt, reference)
 
 
+def _catalog_names_of(hub_id: str) -> list[str]:
+    """The catalog entries whose checkpoint is this Hub id (case as the Hub ignores it)."""
+    return sorted(name for name, spec in model_catalog().items() if spec.hf_id.lower() == hub_id.lower())
+
+
 def _refuse_unread_hub_id(reference: str) -> None:
     """The Hub id of a catalog pipeline whose checkpoint is not read (no checkpoint_prefixes:
     pickles, Mistral params.json, weights in subfolders): its pointer, before any network call."""
-    names = sorted(name for name, spec in model_catalog().items()
-                   if spec.hf_id.lower() == reference.lower() and not spec.checkpoint_prefixes)
+    names = [name for name in _catalog_names_of(reference) if not model_catalog()[name].checkpoint_prefixes]
     if names:
         raise InputError(f"{reference}: the checkpoint of {', '.join(names)}, whose files are not read yet; plan it "
                          f"by its catalog name: --model {names[0]}")
@@ -188,7 +192,7 @@ def _refuse_misread_hub_id(read_as: str, reference: str) -> None:
     config.json alone reads as a plain Qwen3.5 LLM)."""
     if Path(reference).exists():
         return
-    names = sorted(name for name, spec in model_catalog().items() if spec.hf_id.lower() == reference.lower())
+    names = _catalog_names_of(reference)
     if names and read_as not in names:
         raise InputError(f"{reference}: is the checkpoint of {', '.join(names)}, but its config.json reads as "
                          f"{read_as}; plan it by its catalog name: --model {names[0]}")
