@@ -50,10 +50,29 @@ class Component(Strict):
     source: str = Field(min_length=1, description="Where the count comes from.")
 
 
+class StateLayers(Strict):
+    """Mamba2 mixer layers of a hybrid decoder: each holds a fixed state per sequence (a
+    short-convolution window and the SSM state) instead of K and V per token; mamba_pool.py
+    sizes them as vLLM's hybrid pool does. Shapes as vLLM 0.30 builds them
+    (model_executor/layers/mamba/mamba_utils.py mamba2_state_shape)."""
+
+    layers: int = Field(gt=0, description="Mamba2 mixer layers.")
+    num_heads: int = Field(gt=0, description="mamba_num_heads (split over TP).")
+    head_dim: int = Field(gt=0, description="mamba_head_dim; num_heads x head_dim is the mixer's inner width.")
+    state_size: int = Field(gt=0, description="ssm_state_size.")
+    n_groups: int = Field(gt=0, description="n_groups of B and C (padded to the TP degree when it does not divide).")
+    conv_kernel: int = Field(gt=1, description="conv_kernel: the conv state keeps conv_kernel - 1 columns.")
+    chunk_size: int = Field(gt=0, description="The chunked scan's chunk (its per-chunk states are profile temporaries).")
+    ssm_dtype: Literal["float32", "auto"] = Field(
+        description="vLLM's mamba_ssm_cache_dtype for this model after its config hook (auto: the conv "
+        "state's dtype, the model's); vllm 0.30.0 model_executor/models/config.py NemotronHForCausalLMConfig.")
+    source: str = Field(min_length=1)
+
+
 class Transformer(Strict):
     """Geometry of the stage's decoder (for KV bytes and the profile-run activations)."""
 
-    num_layers: int = Field(gt=0)
+    num_layers: int = Field(gt=0, description="Layers with attention (a hybrid's other layers: state_layers).")
     hidden_size: int = Field(gt=0)
     num_heads: int = Field(gt=0)
     num_kv_heads: int = Field(gt=0)
@@ -75,6 +94,8 @@ class Transformer(Strict):
     )
     sliding_window: int = Field(default=0, ge=0, description="Tokens a sliding-window layer attends to.")
     sliding_layers: int = Field(default=0, ge=0, description="How many layers slide (hybrid_kv.py sizes their KV).")
+    state_layers: StateLayers | None = Field(
+        default=None, description="A hybrid's Mamba2 layers, beside num_layers attention layers.")
     source: str = Field(min_length=1)
 
     @model_validator(mode="after")
@@ -83,6 +104,8 @@ class Transformer(Strict):
             raise ValueError("sliding_layers (at most num_layers) and sliding_window go together")
         if self.sliding_layers and self.kv_latent_dim:
             raise ValueError("sliding-window layers with an MLA latent are not modelled")
+        if self.state_layers is not None and (self.sliding_layers or self.kv_latent_dim):
+            raise ValueError("Mamba layers beside sliding-window or MLA layers are not modelled")
         if self.mlp == "moe" and self.num_experts_per_tok < 1:
             raise ValueError("num_experts_per_tok must be >= 1 for an MoE MLP")
         if self.num_heads % self.num_kv_heads:

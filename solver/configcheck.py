@@ -113,6 +113,7 @@ def resolve_settings(pipeline: PipelineSpec, config: ConfigFile, version: OmniVe
             async_chunk=streaming,
             # vllm 0.30.0 config/vllm.py: some KV connectors (LMCache, FlexKV, HF3FS, ...) turn it off
             hybrid_kv=False if st.disable_hybrid_kv_cache_manager else (None if st.kv_transfer_config else True),
+            prefix_caching=True if st.enable_prefix_caching is None else st.enable_prefix_caching,
         )
         out.append(ResolvedSetting(spec, devices, tp, util, knobs, kv_text, chunked,
                                    st.devices is not None, st.tensor_parallel_size is not None,

@@ -17,7 +17,8 @@ request, the floor of the block count to none). With the hybrid manager off
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from . import vllm_facts as F
 from .errors import InputError
@@ -106,22 +107,37 @@ def sliding_layout(cfg: dict[str, Any], num_layers: int, where: str) -> tuple[in
     return window, sliding
 
 
-def _request_bytes(layer_token_bytes: int, num_layers: int, sliding_layers: int, window: int, length: int,
-                   max_num_batched_tokens: int, vllm: tuple[int, int]) -> int:
-    """Bytes of one request of `length` tokens, its null block included (see the module)."""
-    block = F.BLOCK_SIZE_TOKENS
-    full = num_layers - sliding_layers
-    if full == 0:  # one uniform sliding group
-        group, full_groups, sliding_groups = sliding_layers, 0, 1
-    else:
-        low, high = sorted((full, sliding_layers))
-        factor = 1.5 if vllm >= (0, 18) else 1.25  # vllm 0.18.1 kv_cache_utils.py:1043; 0.16.0 :1036
-        group = high if high < factor * low else low
-        full_groups, sliding_groups = _cdiv(full, group), _cdiv(sliding_layers, group)
-    in_flight = F.SLIDING_WINDOW_IN_FLIGHT_BATCHES * max_num_batched_tokens
-    sliding_blocks = _cdiv(min(window - 1 + in_flight, length), block) + 1
-    per_request = full_groups * _cdiv(length, block) + sliding_groups * sliding_blocks
-    return group * layer_token_bytes * block * (per_request + 1)
+def group_size(first: int, second: int, vllm: tuple[int, int]) -> int:
+    """Layers per group when two kinds of layer (`first`, `second` of them) share one pool:
+    the smaller count, or the larger when the two are within 1.5x (1.25x before vLLM 0.18;
+    vllm 0.18.1 kv_cache_utils.py:1043, 0.16.0 :1036); one kind alone is one group."""
+    if not first or not second:
+        return first or second
+    low, high = sorted((first, second))
+    factor = 1.5 if vllm >= (0, 18) else 1.25
+    return high if high < factor * low else low
+
+
+@dataclass(frozen=True)
+class SlidingLayout:
+    """Full and sliding-window layers in vLLM's hybrid pool, per rank (see the module)."""
+
+    layer_token_bytes: int  # one layer's K and V of one token on one rank
+    num_layers: int
+    sliding_layers: int
+    window: int
+    max_num_batched_tokens: int
+    vllm: tuple[int, int] = (0, 30)
+
+    def request_bytes(self, length: int) -> int:
+        """Bytes of one request of `length` tokens, its null block included."""
+        block = F.BLOCK_SIZE_TOKENS
+        full = self.num_layers - self.sliding_layers
+        group = group_size(full, self.sliding_layers, self.vllm)
+        in_flight = F.SLIDING_WINDOW_IN_FLIGHT_BATCHES * self.max_num_batched_tokens
+        sliding_blocks = _cdiv(min(self.window - 1 + in_flight, length), block) + 1
+        per_request = _cdiv(full, group) * _cdiv(length, block) + _cdiv(self.sliding_layers, group) * sliding_blocks
+        return group * self.layer_token_bytes * block * (per_request + 1)
 
 
 def hybrid_bytes_per_token(layer_token_bytes: int, num_layers: int, sliding_layers: int, window: int,
@@ -129,19 +145,23 @@ def hybrid_bytes_per_token(layer_token_bytes: int, num_layers: int, sliding_laye
     """Effective KV bytes per token of a max_model_len request (per rank) for a model with
     `sliding_layers` of `num_layers` sliding over `window` tokens; `layer_token_bytes`: one
     layer's K and V of one token on one rank."""
-    total = _request_bytes(layer_token_bytes, num_layers, sliding_layers, window, max_model_len,
-                           max_num_batched_tokens, vllm)
-    return _cdiv(total, max_model_len)
+    layout = SlidingLayout(layer_token_bytes, num_layers, sliding_layers, window, max_num_batched_tokens, vllm)
+    return _cdiv(layout.request_bytes(max_model_len), max_model_len)
 
 
-def longest_request(kv_bytes: int, geometry: tuple[int, int, int, int, int], vllm: tuple[int, int]) -> int:
+class PoolLayout(Protocol):
+    """A KV layout whose requests cost more per token when shorter (sliding windows, Mamba state)."""
+
+    def request_bytes(self, length: int) -> int: ...
+
+
+def longest_request(kv_bytes: int, layout: PoolLayout) -> int:
     """The longest request `kv_bytes` holds (vLLM's own estimate searches the same way:
-    kv_cache_utils.py _estimate_max_model_len_from_groups); geometry as StageMemory keeps it."""
-    layer, layers, sliding, window, batch = geometry
+    kv_cache_utils.py _estimate_max_model_len_from_groups)."""
     low, high = 0, 1 << 31
     while low < high:
         mid = (low + high + 1) // 2
-        if _request_bytes(layer, layers, sliding, window, mid, batch, vllm) <= kv_bytes:
+        if layout.request_bytes(mid) <= kv_bytes:
             low = mid
         else:
             high = mid - 1

@@ -24,7 +24,8 @@ from typing import Literal
 from . import vllm_facts as F
 from .catalog import DTYPE_BYTES, PipelineSpec, StageSpec
 from .errors import InputError
-from .hybrid_kv import hybrid_bytes_per_token
+from .hybrid_kv import PoolLayout, SlidingLayout
+from .mamba_pool import state_pool
 from .profile import profile_terms
 from .vllm_facts import OmniVersion, in_range
 
@@ -44,6 +45,7 @@ class StageKnobs:
     # vLLM's hybrid KV cache manager: on, off (disable_hybrid_kv_cache_manager), or None: not
     # known (a kv_transfer_config, whose connector may turn it off), the worse of the two counted
     hybrid_kv: bool | None = True
+    prefix_caching: bool = True  # vLLM V1's default; a hybrid Mamba stage then keeps two state blocks
 
 
 @dataclass(frozen=True)
@@ -62,9 +64,9 @@ class StageMemory:
     accounting: str = "profile"  # "profile" or "either" (see the module docstring)
     load_buffer_bytes: int = 0  # the part of weights_bytes that is buffers, not checkpoint tensors
     state_bytes: int = 0  # per-request state allocated while serving (no load figure includes it)
-    # sliding-window layers in the hybrid pool: (layer bytes per token, layers, sliding
-    # layers, window, max_num_batched_tokens) for hybrid_kv.longest_request; None otherwise
-    hybrid_geometry: tuple[int, int, int, int, int] | None = None
+    # sliding-window or Mamba layers in vLLM's hybrid pool (a request's bytes by its length,
+    # for hybrid_kv.longest_request); None: every token costs kv_bytes_per_token
+    kv_layout: PoolLayout | None = None
     serving_outside_bytes: int = 0  # taken while serving, beyond the fraction (catalog serving_outside)
     pool_fraction: float = 0.0  # a diffusion engine's load-time KV pool: this share of what is free after load ...
     pool_floor_bytes: int = 0  # ... at least this, which activation_bytes includes
@@ -126,16 +128,21 @@ def _layer_token_bytes(stage: StageSpec, tp: int, kv_cache_dtype: KvCacheDtype) 
     return 2 * max(1, t.num_kv_heads // tp) * t.head_dim * elem
 
 
-def hybrid_geometry(stage: StageSpec, tp: int, knobs: StageKnobs) -> tuple[int, int, int, int, int] | None:
-    """The sliding-window layout vLLM sizes in its hybrid pool, or None (no sliding layers,
-    or the hybrid manager off for a model that also has full layers: all sized as full)."""
+def kv_layout(stage: StageSpec, tp: int, knobs: StageKnobs, vllm: tuple[int, int] = (0, 30)) -> PoolLayout | None:
+    """The layout vLLM sizes in its hybrid pool: Mamba layers beside attention
+    (mamba_pool.py), or sliding-window layers (hybrid_kv.py); None when every token costs
+    the same (no such layers, or the hybrid manager off for a model that also has full
+    layers: all sized as full)."""
     t = stage.transformer
-    if not stage.has_kv_cache or not t.sliding_layers or t.kv_latent_dim:
+    if not stage.has_kv_cache or t.kv_latent_dim:
         return None
-    if knobs.hybrid_kv is False and t.sliding_layers < t.num_layers:
+    layer = _layer_token_bytes(stage, tp, knobs.kv_cache_dtype)
+    if t.state_layers is not None:
+        return state_pool(t.state_layers, t.num_layers, layer, tp, int(DTYPE_BYTES[stage.dtype]),
+                          knobs.prefix_caching, vllm)
+    if not t.sliding_layers or (knobs.hybrid_kv is False and t.sliding_layers < t.num_layers):
         return None
-    return (_layer_token_bytes(stage, tp, knobs.kv_cache_dtype), t.num_layers, t.sliding_layers, t.sliding_window,
-            knobs.max_num_batched_tokens)
+    return SlidingLayout(layer, t.num_layers, t.sliding_layers, t.sliding_window, knobs.max_num_batched_tokens, vllm)
 
 
 def kv_bytes_per_token(stage: StageSpec, tp: int, kv_cache_dtype: KvCacheDtype = "auto",
@@ -143,8 +150,8 @@ def kv_bytes_per_token(stage: StageSpec, tp: int, kv_cache_dtype: KvCacheDtype =
     """KV bytes per token on one rank: K and V of the rank's KV heads per layer (heads are
     replicated when there are fewer KV heads than ranks), or for MLA one latent per layer
     that every rank holds whole (vLLM's MLAAttentionSpec, vllm/v1/kv_cache_interface.py).
-    With sliding-window layers, the effective figure of a request of knobs.max_model_len
-    (hybrid_kv.py); without knobs, every layer counted as full attention."""
+    With sliding-window or Mamba layers, the effective figure of a request of
+    knobs.max_model_len (kv_layout); without knobs, every attention layer counted as full."""
     if not stage.has_kv_cache:
         return 0
     t = stage.transformer
@@ -152,10 +159,10 @@ def kv_bytes_per_token(stage: StageSpec, tp: int, kv_cache_dtype: KvCacheDtype =
     if t.kv_latent_dim:
         return t.num_layers * t.kv_latent_dim * elem
     full = t.num_layers * _layer_token_bytes(stage, tp, kv_cache_dtype)
-    geometry = hybrid_geometry(stage, tp, knobs) if knobs is not None else None
-    if geometry is None:
+    layout = kv_layout(stage, tp, knobs, vllm) if knobs is not None else None
+    if layout is None:
         return full
-    hybrid = hybrid_bytes_per_token(*geometry[:4], knobs.max_model_len, geometry[4], vllm)
+    hybrid = -(-layout.request_bytes(knobs.max_model_len) // knobs.max_model_len)
     return max(hybrid, full) if knobs.hybrid_kv is None else hybrid
 
 
@@ -200,7 +207,7 @@ def stage_memory(stage: StageSpec, tp: int, knobs: StageKnobs, version: OmniVers
         runner_bytes=int(knobs.max_num_batched_tokens * hidden * elem),
         graph_reserve_bytes=F.GRAPH_RESERVE_BYTES if graphs else 0,
         kv_bytes_per_token=kv_bytes_per_token(stage, tp, knobs.kv_cache_dtype, knobs, version.vllm),
-        hybrid_geometry=hybrid_geometry(stage, tp, knobs),
+        kv_layout=kv_layout(stage, tp, knobs, version.vllm),
         # A stage without KV cache sizes nothing from the measurement: its fraction is only
         # the start-up gate, and what it holds is its profile peak either way.
         accounting=version.kv_accounting if stage.has_kv_cache else "profile",
@@ -272,5 +279,6 @@ def resolve_knobs(
             enforce_eager=(enforce_eager or {}).get(stage.name, d.enforce_eager),
             kv_cache_dtype=kv_cache_dtype,
             async_chunk=pipeline.async_chunk(schema),
+            prefix_caching=pipeline.prefix_caching(stage, schema),
         )
     return out

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from . import vllm_facts as F
 from .catalog import DTYPE_BYTES, StageSpec, VisionTower
+from .mamba_pool import mamba_peak_per_token
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,8 @@ def decoder_peak(stage: StageSpec, tp: int, tokens: int) -> int:
     qwen3_moe.py); then the dense MLP's gate+up and activation (3I/TP) or the shared
     expert's. For dense models this is 3.5% above the two logged Llama-3.1-8B profile
     runs; for MoE it is the eager upper bound of every attention temporary. Attention
-    scores take nothing: the profile run builds no attention metadata."""
+    scores take nothing: the profile run builds no attention metadata. A hybrid's Mamba
+    layers: their mixer's temporaries where they are the larger (mamba_pool.py)."""
     t = stage.transformer
     elem = DTYPE_BYTES[stage.dtype]
     q = t.num_heads * t.head_dim / tp
@@ -123,7 +125,10 @@ def decoder_peak(stage: StageSpec, tp: int, tokens: int) -> int:
         per_token += 3 * t.intermediate_size / tp
     else:
         per_token += q + t.hidden_size + 3 * t.shared_expert_intermediate_size / tp
-    return int(tokens * per_token * elem)
+    per_token *= elem
+    if t.state_layers is not None:  # a hybrid's Mamba layers: the larger of the two kinds
+        per_token = max(per_token, 2 * t.hidden_size * elem + mamba_peak_per_token(t.state_layers, tp, elem))
+    return int(tokens * per_token)
 
 
 def profile_terms(stage: StageSpec, tp: int, max_model_len: int, max_num_seqs: int, max_num_batched_tokens: int,

@@ -363,8 +363,8 @@ def _kv_checks(run: StageRun, kv: int, gpu: int, problems: list) -> bool:
                                      {"available_kv_gib": round(kv / GiB, 2)}))
         return False
     if tokens < L:
-        if run.memory.hybrid_geometry is not None:  # sliding windows: shorter requests cost more per token
-            tokens = longest_request(kv, run.memory.hybrid_geometry, run.vllm)
+        if run.memory.kv_layout is not None:  # sliding windows, Mamba state: shorter requests cost more per token
+            tokens = longest_request(kv, run.memory.kv_layout)
         need = tokens_needed(L) * run.memory.kv_bytes_per_token
         problems.append(CheckProblem(
             "kv-below-max-model-len", run.name, gpu,

@@ -76,12 +76,12 @@ def test_before_vllm_018_groups_are_made_with_the_125_rule():
 
 
 def test_the_longest_request_is_searched_as_vllm_searches_it():
-    from omni_autoconf.hybrid_kv import longest_request
+    from omni_autoconf.hybrid_kv import SlidingLayout, longest_request
 
     layer = 2 * 16 * 128 * 2
-    geometry = (layer, 62, 52, 1024, 8192)
+    layout = SlidingLayout(layer, 62, 52, 1024, 8192, (0, 30))
     for gib in (8, 12, 16):
-        length = longest_request(gib * GiB, geometry, (0, 30))
+        length = longest_request(gib * GiB, layout)
         blocks, per_request = _vllm_concurrency(gib * GiB, layer, 10, 52, 1024, length, 8192)
         assert per_request + 1 <= blocks  # vLLM 0.30's check: one request fits beside the null block
         assert length < gib * GiB / (hybrid_bytes_per_token(layer, 62, 52, 1024, 131072, 8192) )

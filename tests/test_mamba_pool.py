@@ -1,0 +1,111 @@
+"""Mamba layers in vLLM's hybrid pool (mamba_pool.py) against public start-up logs: the block
+vLLM sets, its padding, the groups, and the "Maximum concurrency" and "GPU KV cache size" it
+prints for the "Available KV cache memory" it logged."""
+
+from __future__ import annotations
+
+import pytest
+
+from omni_autoconf.catalog_parts import StateLayers
+from omni_autoconf.mamba_pool import StatePool, state_page_bytes, state_pool
+
+GiB = 1 << 30
+
+# Nemotron-3-Nano-30B-A3B's layout (23 Mamba2, 6 attention layers of 2 KV heads x 128), which
+# Nemotron-Cascade-2-30B-A3B and the Audex-30B thinker share
+NANO_30B = StateLayers(layers=23, num_heads=64, head_dim=64, state_size=128, n_groups=8, conv_kernel=4,
+                       chunk_size=128, ssm_dtype="float32", source="test")
+
+
+def _concurrency(pool: StatePool, available: int, length: int) -> tuple[int, float]:
+    """vLLM's figures for a pool of `available` bytes: blocks, blocks / blocks per request
+    (v1/core/kv_cache_utils.py get_max_concurrency_for_kv_cache_config)."""
+    blocks = available // pool.block_bytes
+    return blocks, blocks / pool.blocks_per_request(length)
+
+
+def _logged(pool: StatePool, gib: float, length: int, concurrency: str) -> int:
+    """The block count of a logged "Available KV cache memory" (printed to 0.01 GiB) whose
+    concurrency prints as logged; fails when no count in the rounding interval does."""
+    low, high = (_concurrency(pool, int((gib + d) * GiB), length)[0] for d in (-0.005, 0.005))
+    matches = [n for n in range(low, high + 1) if f"{n / pool.blocks_per_request(length):.2f}" == concurrency]
+    assert matches, (low, high)
+    return matches[0]
+
+
+def _groups(pool: StatePool) -> int:
+    g = pool.group
+    return -(-pool.attn_layers // g) + -(-pool.state_layers // g)
+
+
+def test_the_state_page_is_vllms_mamba2_state_shape():
+    # conv 3 x (4096 + 2 x 8 x 128) in bf16 + SSM 64 x 64 x 128 in fp32 (mamba_utils.py mamba2_state_shape)
+    assert state_page_bytes(NANO_30B, 1, 2) == 3 * 6144 * 2 + 64 * 64 * 128 * 4 == 2_134_016
+    assert state_page_bytes(NANO_30B, 2, 2) == 2_134_016 // 2
+    bf16 = NANO_30B.model_copy(update={"ssm_dtype": "auto"})
+    assert state_page_bytes(bf16, 1, 2) == 3 * 6144 * 2 + 64 * 64 * 128 * 2
+    # n_groups 8 at TP 16: padded to 16 groups, 16 heads' worth of conv channels per rank
+    assert state_page_bytes(NANO_30B, 16, 2) == (4096 + 2 * 16 * 128) // 16 * 3 * 2 + 4 * 64 * 128 * 4
+
+
+@pytest.mark.parametrize("gib, length, blocks, concurrency, tokens, version", [
+    # Nemotron-Cascade-2-30B-A3B-NVFP4, fp8 KV, fp32 SSM, prefix caching off, TP 1: vLLM 0.20.1rc1
+    # ("Available KV cache memory: 3.72 GiB", "GPU KV cache size: 1,206,303 tokens", "Maximum
+    # concurrency for 256,000 tokens per request: 4.71x") and 0.19.1 (68.97 GiB, 4,819,104 tokens,
+    # 86.16x for 262,144): public start-up logs found by exact-string search of public GitHub
+    # content, the lines quoted here
+    (3.72, 256000, 311, "4.71", 1_206_303, "new"),
+    (68.97, 262144, 5773, "86.16", 4_819_104, "old"),
+])
+def test_nemotron_cascade_2_logs(gib, length, blocks, concurrency, tokens, version):
+    pool = state_pool(NANO_30B, 6, 2 * 2 * 128 * 1, 1, 2, False, (0, 20))
+    assert pool.block_tokens == 4176  # "Setting attention block size to 4176 tokens"
+    padding = pool.block_tokens * pool.attn_token_bytes / pool.state_bytes - 1
+    assert f"{100 * padding:.2f}" == "0.19"  # "Padding mamba page size by 0.19%"
+    assert pool.group == 6 and _groups(pool) == 5  # "Add 1 padding layers" (23 Mamba layers in 4 groups of 6)
+    n = _logged(pool, gib, length, concurrency)
+    c = n / pool.blocks_per_request(length)
+    assert n == blocks
+    # the printed token count: int(concurrency x max_model_len) from vLLM 0.20.1, before it
+    # num_blocks // groups x block
+    assert (int(c * length) if version == "new" else n // _groups(pool) * pool.block_tokens) == tokens
+
+
+def test_nemotron_3_nano_4b_log():
+    # nvidia/NVIDIA-Nemotron-3-Nano-4B-FP8 on vLLM 0.13 (NGC 26.01): "Updating mamba_ssm_cache_dtype to
+    # 'float16'", block 992, "Add 3 padding layers", 11.15 GiB, 208,320 tokens, 98.20x for 8,192
+    nano4 = StateLayers(layers=21, num_heads=96, head_dim=80, state_size=128, n_groups=8, conv_kernel=4,
+                        chunk_size=256, ssm_dtype="auto", source="test")
+    pool = state_pool(nano4, 4, 2 * 8 * 128 * 1, 1, 2, False, (0, 13))
+    assert pool.block_tokens == 992 and pool.group == 4 and _groups(pool) == 7
+    n = _logged(pool, 11.15, 8192, "98.20")
+    assert n // 7 * 992 == 208_320
+
+
+@pytest.mark.parametrize("gib, length, concurrency", [(2.95, 65536, "3.87"), (5.98, 131072, "4.33")])
+def test_qwen3_6_gated_deltanet_logs_keep_two_state_blocks_with_prefix_caching(gib, length, concurrency):
+    # Qwen3.6-35B-A3B (10 attention layers of 2 KV heads x 256 in fp8, 30 Gated DeltaNet layers whose
+    # state is conv 3 x 8192 in bf16 + 32 x 128 x 128 in fp32: mamba_utils.py gated_delta_net_state_shape),
+    # prefix caching on ("Mamba cache mode is set to 'align'"): vLLM 0.20.0 (2.95 GiB, 3.87x for 65,536)
+    # and 0.24.0 (https://github.com/noonghunna/club-3090/issues/612: 5.98 GiB, 4.33x for 131,072)
+    page = 3 * 8192 * 2 + 32 * 128 * 128 * 4
+    pool = StatePool(2 * 2 * 256 * 1, 10, page, 30, prefix_caching=True, vllm=(0, 20))
+    assert pool.block_tokens == 2096 and pool.block_tokens * pool.attn_token_bytes == page  # no padding line
+    _logged(pool, gib, length, concurrency)
+    off = StatePool(2 * 2 * 256 * 1, 10, page, 30, prefix_caching=False, vllm=(0, 20))
+    with pytest.raises(AssertionError):  # one state block a group would not give the logged figure
+        _logged(off, gib, length, concurrency)
+
+
+def test_the_planner_never_counts_more_requests_than_vllm():
+    # the effective bytes per token charge every request the null block: at most vLLM's
+    # concurrency, and within one request's blocks of it
+    pool = state_pool(NANO_30B, 6, 2 * 2 * 128 * 2, 1, 2, False, (0, 30))
+    assert pool.block_tokens == 2096 and pool.block_bytes == 12_877_824  # bf16 KV: 6 pages of 2,146,304 B
+    for length in (4096, 8192, 32768):
+        per_token = -(-pool.request_bytes(length) // length)
+        for gib in (1, 7, 40):
+            counted = gib * GiB / (per_token * length)
+            blocks, vllm = _concurrency(pool, gib * GiB, length)
+            assert counted <= vllm
+            assert counted >= (blocks - 1) / (pool.blocks_per_request(length) + 1) - 1e-9
