@@ -58,6 +58,9 @@ _CATALOG_ONLY = {
     "auk": ("auk", "an upstream tool assembles it; the stages read their own files"),
     "Gr00tN1d7": ("gr00t-n1.7-3b", "its backbone's layout comes from another repository's config"),
     "higgs_multimodal_qwen3": ("higgs-audio-v3-4b", "its codec is bundled in the talker's shards, only its decoder loaded"),
+    # Audex's repo-root manifest (vllm_omni 0.30.0 model_executor/models/audex/checkpoint.py)
+    "nemotron_labs_audex": ("audex-tts-2b", "each stage reads its own subfolder; audex-s2s-2b, audex-thinker-only-2b "
+                            "and their -30b-a3b siblings are its other pipelines and size"),
 }
 # LeRobot policy configs name their kind in `type`, not model_type (vllm_omni 0.30.0 diffusion/data.py:1726-1735)
 _LEROBOT_TYPES = {"pi0": "pi0", "pi05": "pi05"}

@@ -19,6 +19,7 @@ from omni_autoconf.configfile import read_config
 from omni_autoconf.errors import NoPlanError
 from omni_autoconf.planner import plan
 from omni_autoconf.render import RENDERERS
+from omni_autoconf.vllm_facts import MiB
 
 from conftest import make_request
 
@@ -45,7 +46,7 @@ OTHER_MODELS = ["qwen3-omni-moe-thinking", "qwen3-tts-1.7b", "qwen3-tts-0.6b", "
                 "glm-image", "ming-tts-0.5b", "ming-tts-16.8b-a3b",
                 "cosmos3-nano", "cosmos3-nano-policy-droid", "lance-3b", "dreamzero-droid", "auk",
                 "lingbot-world-v2-14b", "hunyuanvideo-1.5-480p-t2v",
-                "moss-tts-local-1.5", "higgs-audio-v3-4b"]
+                "moss-tts-local-1.5", "higgs-audio-v3-4b", "audex-tts-2b", "audex-tts-30b-a3b", "audex-s2s-30b-a3b"]
 GRID = list(itertools.product(MODELS, INVENTORIES, sorted(OPTIONS))) + list(
     itertools.product(OTHER_MODELS, INVENTORIES, ["buffer", "defaults", "fp8"]))
 
@@ -78,7 +79,8 @@ def test_check_accepts_the_plan_it_was_written_from(tmp_path, model, gpus, optio
     for sp in result.stages:
         if sp.headroom_cap is not None:
             step = max(result.gpus[d].gpu.total_bytes for d in sp.devices) / request.resolution
-            step_requests = step / (sp.memory.kv_bytes_per_token * sp.knobs.max_model_len)
+            # the solver counts whole MiB (KV floored, the rest rounded up: cpsat.py), up to 2 MiB short
+            step_requests = (step + 2 * MiB) / (sp.memory.kv_bytes_per_token * sp.knobs.max_model_len)
             floor = max(sp.knobs.max_num_seqs, request.min_concurrency.get(sp.stage.name, 1))
             # replicas share the fraction: the smallest is capped (one on a larger GPU holds more)
             tokens = min(sp.replica_kv_tokens or (sp.kv_cache_tokens,))

@@ -421,3 +421,43 @@ def test_the_bundled_higgs_v3_files_start_on_the_h100_of_the_recipes_reference_r
     assert round(sum(c.params for c in talker.components) / 1e9, 2) == 4.43  # the head planned untied
     report = _check(name, parse_gpus("1xH100-80GB"), "higgs-audio-v3-4b")
     assert report.ok and not report.problems, [p.message for p in report.problems]
+
+
+AUDEX_FILES = [("audex_tts.yaml", "audex-tts-2b"), ("audex_tts_30b.yaml", "audex-tts-30b-a3b"),
+               ("audex_s2s.yaml", "audex-s2s-2b"), ("audex_s2s_30b.yaml", "audex-s2s-30b-a3b"),
+               ("audex_thinker_only.yaml", "audex-thinker-only-2b"),
+               ("audex_thinker_only_30b.yaml", "audex-thinker-only-30b-a3b")]
+
+
+@pytest.mark.parametrize("name, model", AUDEX_FILES)
+def test_every_bundled_audex_file_starts_on_the_h100_its_files_name(name, model):
+    # audex_tts.yaml: "Verified on 1x H100."; the 30B files: "Single H100 80GB layout"
+    report = _check(name, "1xH100-80GB", model)
+    assert report.ok, [p.message for p in report.errors]
+
+
+def test_audex_30b_thinkers_state_is_sized_as_vllm_pools_it():
+    # vllm 0.30.0: block 16 x cdiv(2,134,016, 16 x 1,024) = 2096 tokens; 1 attention group and 4 Mamba
+    # groups of 6 layers, so a block is 6 pages of 2096 x 1,024 B; a 4096-token request without prefix
+    # caching takes 2 + 4 blocks (the plan charges the null block too)
+    report = _check("audex_tts_30b.yaml", "1xH100-80GB", "audex-tts-30b-a3b")
+    thinker = report.stages[0].run.memory
+    pool = thinker.kv_layout
+    assert (pool.block_tokens, pool.block_bytes, pool.blocks_per_request(4096)) == (2096, 12_877_824, 6)
+    assert thinker.kv_bytes_per_token == -(-7 * 12_877_824 // 4096)
+    assert thinker.weights_bytes / GiB == pytest.approx(59.56, abs=0.01)  # the file's "~60 GB bf16"
+    # with prefix caching on, vLLM's "align" mode keeps two state blocks a Mamba group
+    knobs = StageKnobs(4096, 8, 512, False, prefix_caching=True)
+    stage = lookup_model("audex-tts-30b-a3b").stage("audex_thinker")
+    assert stage_memory(stage, 1, knobs, omni_version("0.30")).kv_layout.blocks_per_request(4096) == 10
+    # the 2B is plain attention: 114,688 B a token, no pool layout
+    dense = _check("audex_tts.yaml", "1xH100-80GB", "audex-tts-2b").stages[0].run.memory
+    assert dense.kv_layout is None and dense.kv_bytes_per_token == 114_688
+
+
+def test_an_audex_repo_root_points_to_the_catalog(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "nemotron_labs_audex"}))
+    result = _run("--gpus", "1xH100-80GB", "--model", str(tmp_path), "-q")
+    assert result.exit_code == 2 and "--model audex-tts-2b" in result.output
+    hub = _run("--gpus", "1xH100-80GB", "--model", "nvidia/Nemotron-Labs-Audex-30B-A3B", "-q")
+    assert hub.exit_code == 2 and "audex-tts-30b-a3b" in hub.output
