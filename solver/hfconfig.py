@@ -3,7 +3,7 @@
 Covers the decoder families vLLM serves with one attention layout per layer: Llama,
 Mistral, Qwen2/2.5, Qwen3 (q/k norms), Qwen2-MoE / Qwen3-MoE, Mixtral, DeepSeek-V2/V3
 (MLA: one latent of kv_lora_rank + qk_rope_head_dim per token and layer, the same on every
-TP rank). Parameter counts are computed from the geometry (a checkpoint's safetensors
+TP rank), NemotronH (Mamba2 layers beside attention, their state in vLLM's hybrid pool). Parameter counts are computed from the geometry (a checkpoint's safetensors
 headers give them exactly); every figure's source is the config itself.
 """
 
@@ -108,6 +108,55 @@ def _layer_params(cfg: dict, where: str) -> tuple[int, int, int, str, dict[str, 
     return layers * attn + mlp, replicated, geometry["mlp"], geometry
 
 
+def _nemotron_h_layers(cfg: dict, where: str) -> tuple[int, int, int, str, dict[str, Any]]:
+    """_layer_params for NemotronH, whose hybrid_override_pattern names each layer: M a Mamba2
+    mixer, * attention, - a non-gated relu2 MLP, E an MoE of such experts with a shared one
+    (vllm 0.30.0 model_executor/models/nemotron_h.py). num_layers counts the attention layers;
+    the Mamba2 layers become state_layers, their SSM state in fp32 unless the config names
+    mamba_ssm_cache_dtype (vLLM's NemotronHForCausalLMConfig hook)."""
+    pattern = cfg.get("hybrid_override_pattern")
+    if not isinstance(pattern, str) or not pattern or set(pattern) - set("M*-E"):
+        raise InputError(f"{where}: hybrid_override_pattern must be a string of M, *, - and E, not {pattern!r}")
+    if len(pattern) != _int(cfg, where, "num_hidden_layers"):
+        raise InputError(f"{where}: hybrid_override_pattern names {len(pattern)} layers, "
+                         f"num_hidden_layers {cfg['num_hidden_layers']}")
+    hidden, heads = _int(cfg, where, "hidden_size"), _int(cfg, where, "num_attention_heads")
+    kv_heads = _int(cfg, where, "num_key_value_heads", default=heads)
+    head_dim = _int(cfg, where, "head_dim", default=max(1, hidden // heads))
+    if heads % kv_heads:
+        raise InputError(f"{where}: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}")
+    m_heads, m_dim = _int(cfg, where, "mamba_num_heads"), _int(cfg, where, "mamba_head_dim")
+    state, groups = _int(cfg, where, "ssm_state_size"), _int(cfg, where, "n_groups")
+    kernel = _int(cfg, where, "conv_kernel", least=2)
+    ssm_dtype = cfg.get("mamba_ssm_cache_dtype", "float32")
+    if ssm_dtype not in ("float32", "bfloat16", "float16"):
+        raise InputError(f"{where}: mamba_ssm_cache_dtype must be float32, bfloat16 or float16, not {ssm_dtype!r}")
+    count = {kind: pattern.count(kind) for kind in "M*-E"}
+    if not count["*"] or not count["M"]:
+        raise InputError(f"{where}: hybrid_override_pattern without both attention (*) and Mamba (M) layers is not modelled")
+    inner, conv_dim = m_heads * m_dim, m_heads * m_dim + 2 * groups * state
+    mamba = hidden * (2 * inner + 2 * groups * state + m_heads) + inner * hidden + conv_dim * kernel
+    attn = hidden * (heads + 2 * kv_heads) * head_dim + heads * head_dim * hidden
+    dense_i = _int(cfg, where, "intermediate_size")
+    linear = count["M"] * mamba + count["*"] * attn + count["-"] * 2 * hidden * dense_i
+    replicated = len(pattern) * hidden + hidden + count["M"] * (conv_dim + 3 * m_heads + inner)  # norms, conv bias, A, D, dt
+    geometry: dict[str, Any] = {"num_layers": count["*"], "hidden_size": hidden, "num_heads": heads,
+                                "num_kv_heads": kv_heads, "head_dim": head_dim, "mlp": "dense", "intermediate_size": dense_i}
+    if count["E"]:
+        experts, moe_i = _int(cfg, where, "n_routed_experts"), _int(cfg, where, "moe_intermediate_size")
+        shared = _int(cfg, where, "moe_shared_expert_intermediate_size", default=0, least=0)
+        linear += count["E"] * 2 * hidden * (experts * moe_i + shared)
+        replicated += count["E"] * (hidden + 1) * experts  # routers and their bias
+        geometry.update(mlp="moe", intermediate_size=moe_i, num_experts_per_tok=_int(cfg, where, "num_experts_per_tok"),
+                        shared_expert_intermediate_size=shared)
+    geometry["state_layers"] = {
+        "layers": count["M"], "num_heads": m_heads, "head_dim": m_dim, "state_size": state, "n_groups": groups,
+        "conv_kernel": kernel, "chunk_size": _int(cfg, where, "chunk_size", default=128),
+        "ssm_dtype": "float32" if ssm_dtype == "float32" else "auto",
+        "source": f"{where}: hybrid_override_pattern, mamba_* and ssm_state_size"}
+    return linear, replicated, geometry["mlp"], geometry
+
+
 def transformer_fields(cfg: dict, where: str) -> dict[str, Any]:
     """The catalog's Transformer fields that a (text) config states: geometry, vocab, positions."""
     _, _, _, geometry = _layer_params(cfg, where)
@@ -149,8 +198,12 @@ def one_stage_pipeline(cfg: dict, name: str, where: str = "config.json") -> dict
                                                                     "encoder", "talker", "tts")):
             raise InputError(f"{where}: a multimodal model ({key}) is not modelled as a one-stage LLM: its encoder's "
                              "profile run would be left out of the plan")
-    linear, replicated, _, geometry = _layer_params(cfg, where)
-    window, sliding = sliding_layout(cfg, geometry["num_layers"], where)
+    if cfg.get("model_type") == "nemotron_h":  # Mamba2 layers beside attention: mamba_pool.py sizes their state
+        linear, replicated, _, geometry = _nemotron_h_layers(cfg, where)
+        window = sliding = 0
+    else:
+        linear, replicated, _, geometry = _layer_params(cfg, where)
+        window, sliding = sliding_layout(cfg, geometry["num_layers"], where)
     vocab = _int(cfg, where, "vocab_size")
     hidden = geometry["hidden_size"]
     embeddings = vocab * hidden * (1 if cfg.get("tie_word_embeddings") else 2)
@@ -162,7 +215,8 @@ def one_stage_pipeline(cfg: dict, name: str, where: str = "config.json") -> dict
         raise InputError(f"{where}: architectures must be a list of names, not {architectures!r}")
     source = f"{where} ({', '.join(architectures)})"
     heads = geometry["num_heads"]
-    degrees = [d for d in (1, 2, 4, 8) if heads % d == 0]
+    state = geometry.get("state_layers")  # vLLM splits the Mamba heads over TP as well
+    degrees = [d for d in (1, 2, 4, 8) if heads % d == 0 and (state is None or state["num_heads"] % d == 0)]
     stage = {
         "stage_id": 0,
         "name": "llm",

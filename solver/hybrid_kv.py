@@ -41,6 +41,14 @@ _EVERY_LAYER = ("mistral", "mixtral", "phi3", "starcoder2")
 # Config keys of layer layouts this module does not size (Gemma 4's wider full layers,
 # Gemma 3n's shared KV layers).
 UNMODELLED_KEYS = ("global_head_dim", "num_global_key_value_heads", "num_kv_shared_layers", "per_layer_config")
+# Marks of a config with Mamba, linear-attention or convolution layers, whose per-sequence state
+# vLLM keeps in the KV pool (mamba_pool.py sizes it for a catalog entry; a directory's layer
+# layout is not read): NemotronH's pattern, Jamba's period, Qwen3-Next/3.5's interval, Zamba's
+# and Granite-H's block types, and the mamba_*/ssm_*/linear_* geometry keys of their families.
+_STATE_KEYS = ("hybrid_override_pattern", "layers_block_type", "attn_layer_period", "full_attention_interval",
+               "linear_attn_config", "conv_L_cache")
+_STATE_PREFIXES = ("mamba", "ssm_", "linear_num", "linear_key", "linear_value")
+_STATE_LAYER_WORDS = ("mamba", "linear", "conv", "ssm", "recurrent", "delta")
 
 
 def _pattern(cfg: dict, default: int) -> int:
@@ -61,10 +69,16 @@ def sliding_layout(cfg: dict[str, Any], num_layers: int, where: str) -> tuple[in
     no layer slides. A family whose defaults are not known here, with a window and no
     layer_types, is refused: guessing either way can promise KV vLLM does not give."""
     kind = str(cfg.get("model_type", ""))
+    state = [k for k in cfg if k in _STATE_KEYS or k.startswith(_STATE_PREFIXES)]
+    layer_types = cfg.get("layer_types")
+    if isinstance(layer_types, list):
+        state += sorted({str(t) for t in layer_types if any(w in str(t).lower() for w in _STATE_LAYER_WORDS)})
+    if state or kind.startswith("mamba"):
+        raise InputError(f"{where}: {', '.join(state[:3]) or kind}: Mamba or linear-attention layers, whose state vLLM "
+                         "keeps in its KV pool, are not read from a config yet")
     unknown = [k for k in UNMODELLED_KEYS if cfg.get(k) is not None]
     if unknown:
         raise InputError(f"{where}: {', '.join(unknown)}: layers of unequal KV size are not modelled")
-    layer_types = cfg.get("layer_types")
     if isinstance(layer_types, list) and layer_types:
         sliding = sum("sliding" in str(t).lower() for t in layer_types)
         if sliding and len(layer_types) != num_layers:

@@ -109,3 +109,64 @@ def test_the_planner_never_counts_more_requests_than_vllm():
             blocks, vllm = _concurrency(pool, gib * GiB, length)
             assert counted <= vllm
             assert counted >= (blocks - 1) / (pool.blocks_per_request(length) + 1) - 1e-9
+
+
+@pytest.mark.parametrize("extra", [
+    {"model_type": "jamba", "attn_layer_period": 8, "mamba_d_state": 16},
+    {"model_type": "falcon_h1", "mamba_d_ssm": 1024, "mamba_n_heads": 16},
+    {"model_type": "qwen3_next", "layer_types": ["linear_attention", "full_attention"], "full_attention_interval": 2},
+    {"model_type": "granitemoehybrid", "layer_types": ["mamba", "attention"]},
+    {"model_type": "mamba2"},
+])
+def test_a_hybrid_directory_is_refused_not_read_as_all_attention(tmp_path, extra):
+    # read as a plain decoder, its Mamba layers would count as attention and its state as nothing
+    import json
+
+    from click.testing import CliRunner
+
+    from omni_autoconf.cli import main
+    from test_checkpoints import write_safetensors
+
+    cfg = {"architectures": ["X"], "hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
+           "num_key_value_heads": 2, "intermediate_size": 512, "vocab_size": 1000, "max_position_embeddings": 4096,
+           "torch_dtype": "bfloat16", **extra}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    write_safetensors(tmp_path / "model.safetensors", {"model.embed_tokens.weight": ("BF16", [1000, 256])})
+    result = CliRunner().invoke(main, ["--gpus", "1xH100-80GB", "--model", str(tmp_path), "-q"])
+    assert result.exit_code == 2 and "Mamba or linear-attention layers" in result.output, result.output
+
+
+NANO_30B_CONFIG = {  # Nemotron-3-Nano-30B-A3B's config.json as the Audex notes cite it (hybrid_override_pattern etc.)
+    "architectures": ["NemotronHForCausalLM"], "model_type": "nemotron_h", "hidden_size": 2688, "num_hidden_layers": 52,
+    "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128, "vocab_size": 131072,
+    "max_position_embeddings": 262144, "intermediate_size": 1856, "moe_intermediate_size": 1856,
+    "moe_shared_expert_intermediate_size": 3712, "n_routed_experts": 128, "num_experts_per_tok": 6,
+    "hybrid_override_pattern": "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME", "mamba_num_heads": 64,
+    "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8, "conv_kernel": 4, "chunk_size": 128,
+    "torch_dtype": "bfloat16"}
+
+
+def test_a_nemotron_h_directory_plans_its_mamba_state_in_the_pool(tmp_path):
+    import json
+
+    from omni_autoconf.model_source import resolve
+    from omni_autoconf.memory import StageKnobs, stage_memory
+    from omni_autoconf.vllm_facts import omni_version
+    from test_checkpoints import write_safetensors
+
+    (tmp_path / "config.json").write_text(json.dumps(NANO_30B_CONFIG))
+    stored = write_safetensors(tmp_path / "model.safetensors", {
+        "backbone.embeddings.weight": ("BF16", [131072, 2688]), "lm_head.weight": ("BF16", [131072, 2688]),
+        "backbone.layers.0.mixer.in_proj.weight": ("BF16", [10304, 2688])})
+    stage = resolve(str(tmp_path)).pipeline.stage("llm")
+    assert stage.transformer.num_layers == 6 and stage.transformer.state_layers.layers == 23
+    assert stage.transformer.state_layers.ssm_dtype == "float32"  # vLLM's default for NemotronH
+    v = omni_version("0.30")
+    # fp8 KV without prefix caching: the Cascade-2 log's 4176-token block, 66 blocks for 256,000 tokens
+    memory = stage_memory(stage, 1, StageKnobs(256000, 128, 8192, False, "fp8", prefix_caching=False), v)
+    assert memory.weights_bytes == stored
+    assert (memory.kv_layout.block_tokens, memory.kv_layout.blocks_per_request(256000)) == (4176, 66)
+    # vLLM's default, prefix caching on: two state blocks a Mamba group
+    on = stage_memory(stage, 1, StageKnobs(256000, 128, 8192, False, "fp8"), v)
+    assert on.kv_layout.blocks_per_request(256000) == 62 + 8
+    assert [t.tp for t in stage.tp_tested] == [1, 2, 4, 8]
