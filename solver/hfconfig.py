@@ -3,7 +3,8 @@
 Covers the decoder families vLLM serves with one attention layout per layer: Llama,
 Mistral, Qwen2/2.5, Qwen3 (q/k norms), Qwen2-MoE / Qwen3-MoE, Mixtral, DeepSeek-V2/V3
 (MLA: one latent of kv_lora_rank + qk_rope_head_dim per token and layer, the same on every
-TP rank), NemotronH (Mamba2 layers beside attention, their state in vLLM's hybrid pool). Parameter counts are computed from the geometry (a checkpoint's safetensors
+TP rank), NemotronH, Qwen3-Next and Qwen3.5's text models (Mamba2 or Gated DeltaNet layers
+beside attention, their state in vLLM's hybrid pool). Parameter counts are computed from the geometry (a checkpoint's safetensors
 headers give them exactly); every figure's source is the config itself.
 """
 
@@ -157,6 +158,63 @@ def _nemotron_h_layers(cfg: dict, where: str) -> tuple[int, int, int, str, dict[
     return linear, replicated, geometry["mlp"], geometry
 
 
+GDN_MODEL_TYPES = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
+
+
+def _gated_deltanet_layers(cfg: dict, where: str) -> tuple[int, int, int, str, dict[str, Any]]:
+    """_layer_params for Qwen3-Next and Qwen3.5's text models: Gated DeltaNet layers
+    ("linear_attention" in layer_types, else all but every full_attention_interval-th) beside
+    gated full attention. A GDN layer's state has Mamba2's shape with the value heads as heads,
+    the value head width as head_dim, the key head width as state and the key heads as groups
+    (vllm 0.30.0 model_executor/layers/mamba/mamba_utils.py gated_delta_net_state_shape). Its
+    SSM state is the model dtype unless a Qwen3.5 config names mamba_ssm_dtype (vLLM's
+    Qwen3_5ForCausalLMConfig hook; Qwen3-Next has none: model_executor/models/config.py)."""
+    layers = _int(cfg, where, "num_hidden_layers")
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and types:
+        if len(types) != layers or set(map(str, types)) - {"linear_attention", "full_attention"}:
+            raise InputError(f"{where}: layer_types must name {layers} layers, each linear_attention or full_attention")
+        full = sum(t == "full_attention" for t in types)
+    else:
+        interval = _int(cfg, where, "full_attention_interval")
+        full = layers // interval  # layer i is full when (i + 1) % interval == 0 (transformers' Qwen3NextConfig)
+    if not 0 < full < layers:
+        raise InputError(f"{where}: a Gated DeltaNet model with {full} of {layers} full-attention layers is not modelled")
+    hidden, heads = _int(cfg, where, "hidden_size"), _int(cfg, where, "num_attention_heads")
+    kv_heads, head_dim = _int(cfg, where, "num_key_value_heads", default=heads), _int(cfg, where, "head_dim")
+    if heads % kv_heads:
+        raise InputError(f"{where}: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}")
+    nk, nv = _int(cfg, where, "linear_num_key_heads"), _int(cfg, where, "linear_num_value_heads")
+    dk, dv = _int(cfg, where, "linear_key_head_dim"), _int(cfg, where, "linear_value_head_dim")
+    kernel = _int(cfg, where, "linear_conv_kernel_dim", default=4, least=2)
+    ssm = cfg.get("mamba_ssm_dtype") if cfg.get("model_type") != "qwen3_next" else None
+    linear_layers = layers - full
+    conv_dim = 2 * nk * dk + nv * dv
+    gdn = hidden * (conv_dim + nv * dv + 2 * nv) + nv * dv * hidden + conv_dim * kernel
+    attn = hidden * (2 * heads + 2 * kv_heads) * head_dim + heads * head_dim * hidden  # q with its output gate
+    linear = linear_layers * gdn + full * attn
+    replicated = layers * 2 * hidden + hidden + linear_layers * (2 * nv + dv) + full * 2 * head_dim
+    geometry: dict[str, Any] = {"num_layers": full, "hidden_size": hidden, "num_heads": heads, "num_kv_heads": kv_heads,
+                                "head_dim": head_dim}
+    experts = _int(cfg, where, "num_experts", default=0, least=0)
+    if experts:
+        moe_i = _int(cfg, where, "moe_intermediate_size")
+        shared = _int(cfg, where, "shared_expert_intermediate_size", default=0, least=0)
+        linear += layers * 3 * hidden * (experts * moe_i + shared)
+        replicated += layers * hidden * (experts + 1)  # router and shared-expert gate
+        geometry.update(mlp="moe", intermediate_size=moe_i, num_experts_per_tok=_int(cfg, where, "num_experts_per_tok"),
+                        shared_expert_intermediate_size=shared)
+    else:
+        dense_i = _int(cfg, where, "intermediate_size")
+        linear += layers * 3 * hidden * dense_i
+        geometry.update(mlp="dense", intermediate_size=dense_i)
+    geometry["state_layers"] = {
+        "layers": linear_layers, "num_heads": nv, "head_dim": dv, "state_size": dk, "n_groups": nk,
+        "conv_kernel": kernel, "chunk_size": 64, "ssm_dtype": "float32" if ssm == "float32" else "auto",
+        "source": f"{where}: layer_types or full_attention_interval, linear_* geometry"}
+    return linear, replicated, geometry["mlp"], geometry
+
+
 def transformer_fields(cfg: dict, where: str) -> dict[str, Any]:
     """The catalog's Transformer fields that a (text) config states: geometry, vocab, positions."""
     _, _, _, geometry = _layer_params(cfg, where)
@@ -201,6 +259,9 @@ def one_stage_pipeline(cfg: dict, name: str, where: str = "config.json") -> dict
     if cfg.get("model_type") == "nemotron_h":  # Mamba2 layers beside attention: mamba_pool.py sizes their state
         linear, replicated, _, geometry = _nemotron_h_layers(cfg, where)
         window = sliding = 0
+    elif cfg.get("model_type") in GDN_MODEL_TYPES:  # Gated DeltaNet layers, sized as Mamba2 state
+        linear, replicated, _, geometry = _gated_deltanet_layers(cfg, where)
+        window = sliding = 0
     else:
         linear, replicated, _, geometry = _layer_params(cfg, where)
         window, sliding = sliding_layout(cfg, geometry["num_layers"], where)
@@ -216,7 +277,8 @@ def one_stage_pipeline(cfg: dict, name: str, where: str = "config.json") -> dict
     source = f"{where} ({', '.join(architectures)})"
     heads = geometry["num_heads"]
     state = geometry.get("state_layers")  # vLLM splits the Mamba heads over TP as well
-    degrees = [d for d in (1, 2, 4, 8) if heads % d == 0 and (state is None or state["num_heads"] % d == 0)]
+    degrees = [d for d in (1, 2, 4, 8) if heads % d == 0 and (state is None or state["num_heads"] % d == 0
+                                                             and state["n_groups"] % d == 0)]
     stage = {
         "stage_id": 0,
         "name": "llm",

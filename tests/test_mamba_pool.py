@@ -114,7 +114,7 @@ def test_the_planner_never_counts_more_requests_than_vllm():
 @pytest.mark.parametrize("extra", [
     {"model_type": "jamba", "attn_layer_period": 8, "mamba_d_state": 16},
     {"model_type": "falcon_h1", "mamba_d_ssm": 1024, "mamba_n_heads": 16},
-    {"model_type": "qwen3_next", "layer_types": ["linear_attention", "full_attention"], "full_attention_interval": 2},
+    {"model_type": "lfm2", "layer_types": ["conv", "full_attention"], "conv_L_cache": 3},
     {"model_type": "granitemoehybrid", "layer_types": ["mamba", "attention"]},
     {"model_type": "mamba2"},
 ])
@@ -170,3 +170,37 @@ def test_a_nemotron_h_directory_plans_its_mamba_state_in_the_pool(tmp_path):
     on = stage_memory(stage, 1, StageKnobs(256000, 128, 8192, False, "fp8"), v)
     assert on.kv_layout.blocks_per_request(256000) == 62 + 8
     assert [t.tp for t in stage.tp_tested] == [1, 2, 4, 8]
+
+
+QWEN36_TEXT_CONFIG = {  # Qwen3.6-35B-A3B's text model as public test fixtures copy its config.json
+    "architectures": ["Qwen3_5MoeForCausalLM"], "model_type": "qwen3_5_moe_text", "hidden_size": 2048,
+    "num_hidden_layers": 40, "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256,
+    "layer_types": ["linear_attention"] * 3 + ["full_attention"], "linear_num_key_heads": 16,
+    "linear_num_value_heads": 32, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+    "linear_conv_kernel_dim": 4, "num_experts": 256, "num_experts_per_tok": 8, "moe_intermediate_size": 512,
+    "shared_expert_intermediate_size": 512, "vocab_size": 248320, "max_position_embeddings": 262144,
+    "mamba_ssm_dtype": "float32", "torch_dtype": "bfloat16"}
+
+
+def test_a_qwen3_6_text_directory_gives_the_logged_pool(tmp_path):
+    # the directory path to the same figures as the Qwen3.6 logs above: fp8 KV, prefix caching on
+    import json
+
+    from omni_autoconf.memory import StageKnobs, stage_memory
+    from omni_autoconf.model_source import resolve
+    from omni_autoconf.vllm_facts import omni_version
+    from test_checkpoints import write_safetensors
+
+    cfg = dict(QWEN36_TEXT_CONFIG, layer_types=QWEN36_TEXT_CONFIG["layer_types"] * 10)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    write_safetensors(tmp_path / "model.safetensors", {"model.embed_tokens.weight": ("BF16", [248320, 2048])})
+    stage = resolve(str(tmp_path)).pipeline.stage("llm")
+    assert (stage.transformer.num_layers, stage.transformer.state_layers.layers) == (10, 30)
+    pool = stage_memory(stage, 1, StageKnobs(65536, 1, 8192, False, "fp8"), omni_version("0.30")).kv_layout
+    assert (pool.block_tokens, pool.block_bytes, pool.blocks_per_request(65536)) == (2096, 21_463_040, 38)
+    assert _logged(pool, 2.95, 65536, "3.87") == 147
+    # Qwen3-Next names no SSM dtype and vLLM has no hook for it: the model dtype, half the state
+    nxt = dict(cfg, model_type="qwen3_next", layer_types=None, full_attention_interval=4)
+    (tmp_path / "config.json").write_text(json.dumps(nxt))
+    state = resolve(str(tmp_path)).pipeline.stage("llm").transformer.state_layers
+    assert state.ssm_dtype == "auto" and state_page_bytes(state, 1, 2) == 3 * 8192 * 2 + 32 * 128 * 128 * 2
