@@ -426,7 +426,8 @@ def test_the_bundled_higgs_v3_files_start_on_the_h100_of_the_recipes_reference_r
 AUDEX_FILES = [("audex_tts.yaml", "audex-tts-2b"), ("audex_tts_30b.yaml", "audex-tts-30b-a3b"),
                ("audex_s2s.yaml", "audex-s2s-2b"), ("audex_s2s_30b.yaml", "audex-s2s-30b-a3b"),
                ("audex_thinker_only.yaml", "audex-thinker-only-2b"),
-               ("audex_thinker_only_30b.yaml", "audex-thinker-only-30b-a3b")]
+               ("audex_thinker_only_30b.yaml", "audex-thinker-only-30b-a3b"),
+               ("audex_tta.yaml", "audex-tta-2b"), ("audex_tta_30b.yaml", "audex-tta-30b-a3b")]
 
 
 @pytest.mark.parametrize("name, model", AUDEX_FILES)
@@ -461,3 +462,13 @@ def test_an_audex_repo_root_points_to_the_catalog(tmp_path):
     assert result.exit_code == 2 and "--model audex-tts-2b" in result.output
     hub = _run("--gpus", "1xH100-80GB", "--model", "nvidia/Nemotron-Labs-Audex-30B-A3B", "-q")
     assert hub.exit_code == 2 and "audex-tts-30b-a3b" in hub.output
+
+
+def test_audex_tta_plans_the_whole_xcodec_and_one_500_frame_decode():
+    # XcodecModel built whole in fp32 (HuBERT and both encoders too), one request's at most 500
+    # frames decoded at once, whatever max_num_seqs is
+    codec = lookup_model("audex-tta-2b").stage("audex_xcodec")
+    v = omni_version("0.30")
+    held = [stage_memory(codec, 1, StageKnobs(8192, n, 8192, True), v) for n in (1, 8)]
+    assert held[0].weights_bytes == 177_484_041 * 4
+    assert held[0].activation_bytes == held[1].activation_bytes == 500 * 1048576
