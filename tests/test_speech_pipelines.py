@@ -472,3 +472,21 @@ def test_audex_tta_plans_the_whole_xcodec_and_one_500_frame_decode():
     held = [stage_memory(codec, 1, StageKnobs(8192, n, 8192, True), v) for n in (1, 8)]
     assert held[0].weights_bytes == 177_484_041 * 4
     assert held[0].activation_bytes == held[1].activation_bytes == 500 * 1048576
+
+
+@pytest.mark.parametrize("name, gpus, tokens", [
+    ("breeze_tts_2.yaml", "1xL4", 4672), ("breeze_tts.yaml", "1xL4", 4672),  # 512 MiB pinned
+    ("breeze_tts_2_throughput.yaml", "1xH100-80GB", 74896),  # "tested on one H100 80 GB", 8 GiB pinned
+    ("breeze_tts_throughput.yaml", "1xH100-80GB", 74896)])
+def test_breeze_files_start_with_their_pinned_kv(name, gpus, tokens):
+    report = _check(name, gpus, "breeze-tts-2")
+    assert report.ok, [p.message for p in report.errors]
+    talker = report.stages[0]
+    assert talker.kv_cache_tokens == tokens  # the pinned bytes in 16-token blocks of 114,688 B a token
+
+
+def test_breeze_counts_give_the_public_component_sizes():
+    # CrispASR's converter: text encoder 1.00 B, backbone 1.41 B, depth decoder 434 M (with its fp32 heads)
+    parts = {c.name: c.params for c in lookup_model("breeze-tts-2").stage("breeze_tts_2").components}
+    assert round(parts["text_encoder"] / 1e9, 2) == 1.00 and round(parts["qwen3_backbone"] / 1e9, 2) == 1.41
+    assert round((parts["depth_decoder"] + parts["fp32_heads"]) / 1e6) == 438  # 434 M + the 4.2 M lm_head
