@@ -46,6 +46,8 @@ class StageSetting:
     disable_hybrid_kv_cache_manager: bool | None = None
     kv_transfer_config: bool = False  # the stage names one (its connector may turn the hybrid manager off)
     dtype: str | None = None
+    mamba_cache_dtype: str = "auto"  # a hybrid's conv state dtype (auto: the model's)
+    mamba_ssm_cache_dtype: str = "auto"  # its SSM state dtype (auto: the model's config hook, else the conv dtype)
 
 
 @dataclass(frozen=True)
@@ -190,6 +192,9 @@ def _string(value: Any, where: str, field: str) -> str | None:
     raise InputError(f"{where}: {field} {_show(value)} must be a string")
 
 
+_MAMBA_DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
 def _setting(flat: dict, devices: Any, where: str, replicas: Any = None) -> StageSetting:
     if "stage_id" not in flat or flat["stage_id"] is None:
         raise InputError(f"{where}: a stage has no stage_id")
@@ -202,6 +207,16 @@ def _setting(flat: dict, devices: Any, where: str, replicas: Any = None) -> Stag
         if (_integer(flat.get(field), where, field) or 1) > 1:
             raise InputError(f"{where}: {field} {flat[field]} is not modelled (tensor parallelism and replicas are); "
                              "check cannot judge this file")
+    mamba = {}
+    for field in ("mamba_cache_dtype", "mamba_ssm_cache_dtype"):  # vllm 0.30.0 config/cache.py MambaDType
+        value = _string(flat.get(field), where, field) or "auto"
+        if value not in _MAMBA_DTYPES:
+            raise InputError(f"{where}: {field} {_show(value)} must be one of {', '.join(_MAMBA_DTYPES)}")
+        mamba[field] = value
+    if flat.get("mamba_cache_mode") not in (None, "none", "align") or _boolean(flat.get("use_replayssm"), where,
+                                                                                "use_replayssm"):
+        raise InputError(f"{where}: mamba_cache_mode {_show(flat.get('mamba_cache_mode'))} or use_replayssm is not "
+                         "modelled (the state pool is sized for modes none and align); check cannot judge this file")
     mml = flat.get("max_model_len")
     if isinstance(mml, int) and not isinstance(mml, bool) and mml == -1:
         raise InputError(f"{where}: max_model_len -1 (fit to memory) is not modelled; give a length")
@@ -223,6 +238,7 @@ def _setting(flat: dict, devices: Any, where: str, replicas: Any = None) -> Stag
                                                  "disable_hybrid_kv_cache_manager"),
         kv_transfer_config=flat.get("kv_transfer_config") is not None,
         dtype=_string(flat.get("dtype"), where, "dtype"),
+        **mamba,
     )
 
 

@@ -38,16 +38,22 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def state_page_bytes(state: StateLayers, tp: int, model_elem: int) -> int:
+_ELEM = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def state_page_bytes(state: StateLayers, tp: int, model_elem: int, dtypes: tuple[str, str] = ("auto", "auto")) -> int:
     """One Mamba2 layer's state of one sequence on one rank: the conv state of
-    (d_inner + 2 x n_groups x state) / TP channels x (conv_kernel - 1) in the model dtype,
-    and the SSM state of heads / TP x head_dim x state in its own dtype. n_groups is padded
-    to the TP degree when it does not divide it (mamba_utils.py extra_groups_for_head_shards)."""
+    (d_inner + 2 x n_groups x state) / TP channels x (conv_kernel - 1) and the SSM state of
+    heads / TP x head_dim x state. n_groups is padded to the TP degree when it does not divide
+    it (mamba_utils.py extra_groups_for_head_shards). `dtypes`: a file's mamba_cache_dtype and
+    mamba_ssm_cache_dtype; auto is the model dtype for the conv state, and for the SSM state
+    the catalog's (the model's config hook), else the conv state's (mamba_utils.py _mamba_state_dtype)."""
     groups = state.n_groups if state.n_groups % tp == 0 else tp
     conv = (state.num_heads * state.head_dim + 2 * groups * state.state_size) // tp * (state.conv_kernel - 1)
     ssm = state.num_heads // tp * state.head_dim * state.state_size
-    ssm_elem = 4 if state.ssm_dtype == "float32" else model_elem
-    return conv * model_elem + ssm * ssm_elem
+    conv_elem = _ELEM.get(dtypes[0], model_elem)
+    ssm_dtype = dtypes[1] if dtypes[1] != "auto" else state.ssm_dtype
+    return conv * conv_elem + ssm * _ELEM.get(ssm_dtype, conv_elem)
 
 
 @dataclass(frozen=True)
@@ -88,8 +94,8 @@ class StatePool:
 
 
 def state_pool(state: StateLayers, attn_layers: int, attn_token_bytes: int, tp: int, model_elem: int,
-               prefix_caching: bool, vllm: tuple[int, int]) -> StatePool:
-    return StatePool(attn_token_bytes, attn_layers, state_page_bytes(state, tp, model_elem), state.layers,
+               prefix_caching: bool, vllm: tuple[int, int], dtypes: tuple[str, str] = ("auto", "auto")) -> StatePool:
+    return StatePool(attn_token_bytes, attn_layers, state_page_bytes(state, tp, model_elem, dtypes), state.layers,
                      prefix_caching, vllm)
 
 

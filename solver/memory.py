@@ -46,6 +46,7 @@ class StageKnobs:
     # known (a kv_transfer_config, whose connector may turn it off), the worse of the two counted
     hybrid_kv: bool | None = True
     prefix_caching: bool = True  # vLLM V1's default; a hybrid Mamba stage then keeps two state blocks
+    mamba_dtypes: tuple[str, str] = ("auto", "auto")  # a file's mamba_cache_dtype, mamba_ssm_cache_dtype
 
 
 @dataclass(frozen=True)
@@ -139,7 +140,7 @@ def kv_layout(stage: StageSpec, tp: int, knobs: StageKnobs, vllm: tuple[int, int
     layer = _layer_token_bytes(stage, tp, knobs.kv_cache_dtype)
     if t.state_layers is not None:
         return state_pool(t.state_layers, t.num_layers, layer, tp, int(DTYPE_BYTES[stage.dtype]),
-                          knobs.prefix_caching, vllm)
+                          knobs.prefix_caching, vllm, knobs.mamba_dtypes)
     if not t.sliding_layers or (knobs.hybrid_kv is False and t.sliding_layers < t.num_layers):
         return None
     return SlidingLayout(layer, t.num_layers, t.sliding_layers, t.sliding_window, knobs.max_num_batched_tokens, vllm)

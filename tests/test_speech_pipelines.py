@@ -490,3 +490,30 @@ def test_breeze_counts_give_the_public_component_sizes():
     parts = {c.name: c.params for c in lookup_model("breeze-tts-2").stage("breeze_tts_2").components}
     assert round(parts["text_encoder"] / 1e9, 2) == 1.00 and round(parts["qwen3_backbone"] / 1e9, 2) == 1.41
     assert round((parts["depth_decoder"] + parts["fp32_heads"]) / 1e6) == 438  # 434 M + the 4.2 M lm_head
+
+
+def test_a_files_mamba_cache_dtypes_size_the_state_it_names(tmp_path):
+    # vllm 0.30.0 config/cache.py: mamba_ssm_cache_dtype overrides the model's hook; the bf16 state
+    # halves the SSM page, so the block vLLM sets is 1072 tokens, not 2096; mode "all" is not modelled
+    from omni_autoconf.catalog import lookup_model
+    from omni_autoconf.configcheck import check_config
+    from omni_autoconf.configfile import read_config
+    from omni_autoconf.errors import InputError
+    from omni_autoconf.gpus import parse_gpus
+    from wheels import wheel_root
+
+    text = (wheel_root("0.30") / "vllm_omni" / "deploy" / "audex_tts_30b.yaml").read_text()
+    pipeline, gpus, v = lookup_model("audex-tts-30b-a3b"), parse_gpus("1xH100-80GB"), omni_version("0.30")
+    sized = {}
+    for dtype in ("bfloat16", "float32"):
+        path = tmp_path / f"{dtype}.yaml"
+        path.write_text(text.replace("    enable_prefix_caching: false\n    async_scheduling: true\n",
+                                     f"    enable_prefix_caching: false\n    async_scheduling: true\n"
+                                     f"    mamba_ssm_cache_dtype: {dtype}\n", 1))
+        sized[dtype] = check_config(pipeline, gpus, v, read_config(str(path))).stages[0].run.memory.kv_layout
+    assert (sized["bfloat16"].block_tokens, sized["float32"].block_tokens) == (1072, 2096)
+    path = tmp_path / "all.yaml"
+    path.write_text(text.replace("    enable_prefix_caching: false\n    async_scheduling: true\n",
+                                 "    enable_prefix_caching: true\n    mamba_cache_mode: all\n", 1))
+    with pytest.raises(InputError, match="mamba_cache_mode"):
+        read_config(str(path))
