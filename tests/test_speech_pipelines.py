@@ -517,3 +517,26 @@ def test_a_files_mamba_cache_dtypes_size_the_state_it_names(tmp_path):
                                  "    enable_prefix_caching: true\n    mamba_cache_mode: all\n", 1))
     with pytest.raises(InputError, match="mamba_cache_mode"):
         read_config(str(path))
+
+
+@pytest.mark.parametrize("name, model", [
+    ("nemotron_labs_voicechat.yaml", "nemotron-voicechat-11b"), ("nemotron_labs_voicechat_duplex.yaml", "nemotron-voicechat-11b"),
+    ("nemotron_labs_voicechat_streaming.yaml", "nemotron-voicechat-11b-streaming")])
+def test_voicechat_files_start_on_the_h100_their_figures_name(name, model):
+    report = _check(name, "1xH100-80GB", model)  # "RTF 0.23 on 1x H100" and the like: latency, no memory figure
+    assert report.ok, [p.message for p in report.errors]
+
+
+def test_voicechat_thinker_pool_and_the_fp32_talker_on_a_48gb_card():
+    report = _check("nemotron_labs_voicechat.yaml", "1xH100-80GB", "nemotron-voicechat-11b")
+    thinker, talker = (o.run.memory for o in report.stages[:2])
+    # the yaml's fp32 SSM state: block 16 x cdiv(5,316,608, 16 x 4,096) = 1312 tokens, 8 groups of 4
+    # layers (1 attention, 7 Mamba), a request of 8192 tokens 7 + 7 blocks
+    assert (thinker.kv_layout.block_tokens, thinker.kv_layout.block_bytes) == (1312, 4 * 1312 * 4096)
+    assert thinker.kv_layout.blocks_per_request(8192) == 14
+    assert thinker.weights_bytes / GiB == pytest.approx(19.89, abs=0.01)
+    # the talker's KV is fp32 (Triton): 9,216 B per layer and token, sliding layers in the hybrid pool
+    assert talker.kv_layout.layer_token_bytes == 2 * 16 * 72 * 4
+    # at 0.12 of a 48 GB card the talker cannot hold one 16384-token request
+    small = _check("nemotron_labs_voicechat.yaml", "1xL40S", "nemotron-voicechat-11b")
+    assert {(p.code, p.stage) for p in small.errors} >= {("kv-below-max-model-len", "talker")}
