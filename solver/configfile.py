@@ -213,6 +213,12 @@ def _setting(flat: dict, devices: Any, where: str, replicas: Any = None) -> Stag
         if value not in _MAMBA_DTYPES:
             raise InputError(f"{where}: {field} {_show(value)} must be one of {', '.join(_MAMBA_DTYPES)}")
         mamba[field] = value
+    block = _integer(flat.get("block_size"), where, "block_size")
+    if block not in (None, 16):  # vLLM's default (config/cache.py); a hybrid's block and pages follow it
+        raise InputError(f"{where}: block_size {block} is not modelled (vLLM's default 16 is); check cannot judge this file")
+    if flat.get("speculative_config") is not None or flat.get("num_speculative_tokens") is not None:
+        raise InputError(f"{where}: speculative decoding is not modelled (a draft model's weights and KV, a hybrid's "
+                         "extra state blocks); check cannot judge this file")
     if flat.get("mamba_cache_mode") not in (None, "none", "align") or _boolean(flat.get("use_replayssm"), where,
                                                                                 "use_replayssm"):
         raise InputError(f"{where}: mamba_cache_mode {_show(flat.get('mamba_cache_mode'))} or use_replayssm is not "

@@ -116,14 +116,17 @@ def _nemotron_h_layers(cfg: dict, where: str) -> tuple[int, int, int, str, dict[
     the Mamba2 layers become state_layers, their SSM state in fp32 unless the config names
     mamba_ssm_cache_dtype (vLLM's NemotronHForCausalLMConfig hook)."""
     pattern = cfg.get("hybrid_override_pattern")
+    if pattern is None and cfg.get("layer_types") is not None:
+        raise InputError(f"{where}: a NemotronH config with layer_types and no hybrid_override_pattern is not read yet")
     if not isinstance(pattern, str) or not pattern or set(pattern) - set("M*-E"):
         raise InputError(f"{where}: hybrid_override_pattern must be a string of M, *, - and E, not {pattern!r}")
     if len(pattern) != _int(cfg, where, "num_hidden_layers"):
         raise InputError(f"{where}: hybrid_override_pattern names {len(pattern)} layers, "
                          f"num_hidden_layers {cfg['num_hidden_layers']}")
     hidden, heads = _int(cfg, where, "hidden_size"), _int(cfg, where, "num_attention_heads")
-    kv_heads = _int(cfg, where, "num_key_value_heads", default=heads)
-    head_dim = _int(cfg, where, "head_dim", default=max(1, hidden // heads))
+    # transformers' NemotronHConfig defaults, which vLLM loads for nemotron_h (configuration_nemotron_h.py)
+    kv_heads = _int(cfg, where, "num_key_value_heads", default=8)
+    head_dim = _int(cfg, where, "head_dim", default=128)
     if heads % kv_heads:
         raise InputError(f"{where}: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}")
     m_heads, m_dim = _int(cfg, where, "mamba_num_heads"), _int(cfg, where, "mamba_head_dim")
@@ -136,6 +139,7 @@ def _nemotron_h_layers(cfg: dict, where: str) -> tuple[int, int, int, str, dict[
     if not count["*"] or not count["M"]:
         raise InputError(f"{where}: hybrid_override_pattern without both attention (*) and Mamba (M) layers is not modelled")
     inner, conv_dim = m_heads * m_dim, m_heads * m_dim + 2 * groups * state
+    _bounded_state(where, inner, conv_dim, inner * state)
     mamba = hidden * (2 * inner + 2 * groups * state + m_heads) + inner * hidden + conv_dim * kernel
     attn = hidden * (heads + 2 * kv_heads) * head_dim + heads * head_dim * hidden
     dense_i = _int(cfg, where, "intermediate_size")
@@ -159,6 +163,13 @@ def _nemotron_h_layers(cfg: dict, where: str) -> tuple[int, int, int, str, dict[
 
 
 GDN_MODEL_TYPES = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
+
+
+def _bounded_state(where: str, *sizes: int) -> None:
+    """A state layer's widths (inner width, conv channels, SSM elements) within what the solver's integers take."""
+    if max(sizes) > MAX_FIELD:
+        raise InputError(f"{where}: the Mamba or linear-attention state is {max(sizes):,} elements a layer, more than "
+                         f"{MAX_FIELD:,}: no real model comes near")
 
 
 def _gated_deltanet_layers(cfg: dict, where: str) -> tuple[int, int, int, str, dict[str, Any]]:
@@ -188,8 +199,13 @@ def _gated_deltanet_layers(cfg: dict, where: str) -> tuple[int, int, int, str, d
     dk, dv = _int(cfg, where, "linear_key_head_dim"), _int(cfg, where, "linear_value_head_dim")
     kernel = _int(cfg, where, "linear_conv_kernel_dim", default=4, least=2)
     ssm = cfg.get("mamba_ssm_dtype") if cfg.get("model_type") != "qwen3_next" else None
+    if ssm not in (None, "float32", "bfloat16", "float16"):
+        raise InputError(f"{where}: mamba_ssm_dtype must be float32, bfloat16 or float16, not {ssm!r}")
+    if nv % nk:  # vLLM's GDN repeats each key head over whole value-head groups
+        raise InputError(f"{where}: linear_num_value_heads {nv} is not a multiple of linear_num_key_heads {nk}")
     linear_layers = layers - full
     conv_dim = 2 * nk * dk + nv * dv
+    _bounded_state(where, nv * dv, conv_dim, nv * dv * dk)
     gdn = hidden * (conv_dim + nv * dv + 2 * nv) + nv * dv * hidden + conv_dim * kernel
     attn = hidden * (2 * heads + 2 * kv_heads) * head_dim + heads * head_dim * hidden  # q with its output gate
     linear = linear_layers * gdn + full * attn

@@ -42,9 +42,9 @@ _EVERY_LAYER = ("mistral", "mixtral", "phi3", "starcoder2")
 # Gemma 3n's shared KV layers).
 UNMODELLED_KEYS = ("global_head_dim", "num_global_key_value_heads", "num_kv_shared_layers", "per_layer_config")
 # Marks of a config with Mamba, linear-attention or convolution layers, whose per-sequence state
-# vLLM keeps in the KV pool (mamba_pool.py sizes it for a catalog entry; a directory's layer
-# layout is not read): NemotronH's pattern, Jamba's period, Qwen3-Next/3.5's interval, Zamba's
-# and Granite-H's block types, and the mamba_*/ssm_*/linear_* geometry keys of their families.
+# vLLM keeps in the KV pool: a family hfconfig.py does not read (it reads NemotronH and
+# Qwen3-Next/3.5 before this is asked) is refused by Jamba's period, Zamba's and Granite-H's
+# block types, and the mamba_*/ssm_*/linear_* geometry keys of their families.
 _STATE_KEYS = ("hybrid_override_pattern", "layers_block_type", "attn_layer_period", "full_attention_interval",
                "linear_attn_config", "conv_L_cache")
 _STATE_PREFIXES = ("mamba", "ssm_", "linear_num", "linear_key", "linear_value")

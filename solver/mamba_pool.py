@@ -3,8 +3,8 @@
 vLLM 0.26-0.30 keeps each Mamba2 layer's state of a sequence (conv window and SSM state,
 mamba_utils.py mamba2_state_shape) in the same pool of blocks as the attention KV. After
 the model loads it raises the attention block to the smallest multiple of 16 tokens whose
-page holds one state (16: the FlashAttention kernel's alignment and the default block
-size) and pads the state page to that size (platforms/interface.py
+page holds one state (16: the FlashAttention and FlashInfer kernels' smallest block and the
+default block size; FlashAttention 4, forced on a B200 at head_dim 256, would align to 128) and pads the state page to that size (platforms/interface.py
 _align_hybrid_block_size, "Setting attention block size to N tokens"). Attention and
 Mamba layers then form groups of `G` layers (hybrid_kv.group_size) sharing blocks of G
 pages (kv_cache_utils.py _get_kv_cache_groups_uniform_page_size). A request of L tokens
@@ -44,8 +44,8 @@ _ELEM = {"float32": 4, "bfloat16": 2, "float16": 2}
 def state_page_bytes(state: StateLayers, tp: int, model_elem: int, dtypes: tuple[str, str] = ("auto", "auto")) -> int:
     """One Mamba2 layer's state of one sequence on one rank: the conv state of
     (d_inner + 2 x n_groups x state) / TP channels x (conv_kernel - 1) and the SSM state of
-    heads / TP x head_dim x state. n_groups is padded to the TP degree when it does not divide
-    it (mamba_utils.py extra_groups_for_head_shards). `dtypes`: a file's mamba_cache_dtype and
+    heads / TP x head_dim x state. A single group is replicated to every rank (mamba_utils.py
+    extra_groups_for_head_shards; vLLM refuses other n_groups the TP degree does not divide). `dtypes`: a file's mamba_cache_dtype and
     mamba_ssm_cache_dtype; auto is the model dtype for the conv state, and for the SSM state
     the catalog's (the model's config hook), else the conv state's (mamba_utils.py _mamba_state_dtype)."""
     groups = state.n_groups if state.n_groups % tp == 0 else tp
@@ -104,7 +104,8 @@ def mamba_peak_per_token(state: StateLayers, tp: int, elem: int) -> float:
     projection (z, x, B, C and dt: 2 x d_inner + 2 x n_groups x state + heads), the conv output,
     the scan output and its gated norm, in the model dtype, plus the chunked scan's fp32
     state of every chunk (heads x head_dim x state per chunk_size tokens). Eager lifetimes, all
-    live at once: an estimate that errs high (vllm 0.30.0 model_executor/layers/mamba/mamba_mixer2.py)."""
+    live at once: an estimate that errs high (vllm 0.30.0 model_executor/layers/mamba/mamba_mixer2.py);
+    Gated DeltaNet layers get the same formula, an estimate of their chunked kernels' temporaries."""
     inner = state.num_heads * state.head_dim
     groups = state.n_groups if state.n_groups % tp == 0 else tp
     projection = 2 * inner + 2 * groups * state.state_size + state.num_heads

@@ -44,8 +44,9 @@ def test_the_state_page_is_vllms_mamba2_state_shape():
     assert state_page_bytes(NANO_30B, 2, 2) == 2_134_016 // 2
     bf16 = NANO_30B.model_copy(update={"ssm_dtype": "auto"})
     assert state_page_bytes(bf16, 1, 2) == 3 * 6144 * 2 + 64 * 64 * 128 * 2
-    # n_groups 8 at TP 16: padded to 16 groups, 16 heads' worth of conv channels per rank
-    assert state_page_bytes(NANO_30B, 16, 2) == (4096 + 2 * 16 * 128) // 16 * 3 * 2 + 4 * 64 * 128 * 4
+    # one group at TP 4: replicated to every rank, 4 groups' conv channels split over the 4
+    one = NANO_30B.model_copy(update={"n_groups": 1})
+    assert state_page_bytes(one, 4, 2) == (4096 + 2 * 4 * 128) // 4 * 3 * 2 + 16 * 64 * 128 * 4
 
 
 @pytest.mark.parametrize("gib, length, blocks, concurrency, tokens, version", [
@@ -204,3 +205,38 @@ def test_a_qwen3_6_text_directory_gives_the_logged_pool(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps(nxt))
     state = resolve(str(tmp_path)).pipeline.stage("llm").transformer.state_layers
     assert state.ssm_dtype == "auto" and state_page_bytes(state, 1, 2) == 3 * 8192 * 2 + 32 * 128 * 128 * 2
+
+
+@pytest.mark.parametrize("cfg, match", [
+    (dict(QWEN36_TEXT_CONFIG, mamba_ssm_dtype="int4"), "mamba_ssm_dtype"),
+    (dict(QWEN36_TEXT_CONFIG, linear_num_key_heads=3), "not a multiple of linear_num_key_heads"),
+    (dict(NANO_30B_CONFIG, mamba_num_heads=2 ** 31 - 1, mamba_head_dim=2 ** 31 - 1), "no real model comes near"),
+    (dict({k: v for k, v in NANO_30B_CONFIG.items() if k != "hybrid_override_pattern"}, layer_types=["mamba"]),
+     "layer_types and no hybrid_override_pattern"),
+])
+def test_a_bad_hybrid_config_is_one_line_exit_2(tmp_path, cfg, match):
+    import json
+
+    from click.testing import CliRunner
+
+    from omni_autoconf.cli import main
+    from test_checkpoints import write_safetensors
+
+    if cfg.get("model_type") == "qwen3_5_moe_text":
+        cfg = dict(cfg, layer_types=QWEN36_TEXT_CONFIG["layer_types"] * 10)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    write_safetensors(tmp_path / "model.safetensors", {"model.embed_tokens.weight": ("BF16", [1000, 256])})
+    result = CliRunner().invoke(main, ["--gpus", "1xH100-80GB", "--model", str(tmp_path), "-q"])
+    assert result.exit_code == 2 and match in result.output and "internal error" not in result.output, result.output
+
+
+def test_a_nemotron_h_config_without_head_dim_takes_the_config_class_default(tmp_path):
+    # vLLM loads transformers' NemotronHConfig for nemotron_h: head_dim 128, not hidden // heads (84)
+    import json
+
+    from omni_autoconf.model_source import resolve
+    from test_checkpoints import write_safetensors
+
+    (tmp_path / "config.json").write_text(json.dumps({k: v for k, v in NANO_30B_CONFIG.items() if k != "head_dim"}))
+    write_safetensors(tmp_path / "model.safetensors", {"backbone.embeddings.weight": ("BF16", [131072, 2688])})
+    assert resolve(str(tmp_path)).pipeline.stage("llm").transformer.head_dim == 128

@@ -517,6 +517,13 @@ def test_a_files_mamba_cache_dtypes_size_the_state_it_names(tmp_path):
                                  "    enable_prefix_caching: true\n    mamba_cache_mode: all\n", 1))
     with pytest.raises(InputError, match="mamba_cache_mode"):
         read_config(str(path))
+    # a larger block or speculative decoding changes the pool (block alignment, a state block a
+    # speculative token): refused, not judged as if absent
+    for extra, match in (("    block_size: 8192\n", "block_size"),
+                         ("    speculative_config: {method: ngram, num_speculative_tokens: 3}\n", "speculative")):
+        path.write_text(text.replace("    async_scheduling: true\n", "    async_scheduling: true\n" + extra, 1))
+        with pytest.raises(InputError, match=match):
+            read_config(str(path))
 
 
 @pytest.mark.parametrize("name, model", [
