@@ -124,6 +124,10 @@ class EncoderProfile(Strict):
         default=0, ge=0, description="Set: the profile encodes max(max_num_batched_tokens, this) // this items "
         "(vllm/multimodal/encoder_budget.py), each of item_tokens decoder tokens; budget_tokens is then unused.")
     item_tokens: int = Field(default=0, ge=0)
+    items_per_prompt: int = Field(
+        default=999, ge=1, description="The file's limit_mm_per_prompt for the profiled modality (vLLM's default 999): "
+        "at most max_num_seqs x min(this, max_model_len // item_budget_tokens) items are profiled "
+        "(vllm/multimodal/encoder_budget.py _get_max_items).")
     score_heads: int = Field(
         default=0, ge=0, description="Set: each item's attention scores (heads x positions^2, and their softmax) "
         "are materialised, as SDPA's math path does with a float mask.")

@@ -147,8 +147,9 @@ def profile_terms(stage: StageSpec, tp: int, max_model_len: int, max_num_seqs: i
                                                 or getattr(version, stage.encoder_profile.only_if)):
         ep = stage.encoder_profile  # an estimate where the tower is not yet derived (Qwen2.5-Omni)
         budget, items = ep.budget_tokens, 1
-        if ep.item_budget_tokens:
-            items = max(tokens, ep.item_budget_tokens) // ep.item_budget_tokens
+        if ep.item_budget_tokens:  # vllm 0.30.0 multimodal/encoder_budget.py _get_max_items
+            per_prompt = max(1, min(ep.items_per_prompt, max_model_len // ep.item_budget_tokens))
+            items = max(1, min(max(tokens, ep.item_budget_tokens) // ep.item_budget_tokens, max_num_seqs * per_prompt))
             budget = items * ep.item_tokens
         patches = budget * ep.patches_per_token
         enc = int(patches * (ep.intermediate_size + 2 * ep.hidden_size) * elem)

@@ -547,3 +547,30 @@ def test_voicechat_thinker_pool_and_the_fp32_talker_on_a_48gb_card():
     # at 0.12 of a 48 GB card the talker cannot hold one 16384-token request
     small = _check("nemotron_labs_voicechat.yaml", "1xL40S", "nemotron-voicechat-11b")
     assert {(p.code, p.stage) for p in small.errors} >= {("kv-below-max-model-len", "talker")}
+
+
+MINICPMO_FILES = [("minicpmo_4_5.yaml", "1xH200"), ("minicpmo_4_5_turn.yaml", "1xH200"),
+                  ("minicpmo_4_5_2gpu.yaml", "2xH100-80GB"), ("minicpmo_4_5_3gpu.yaml", "3xH100-80GB"),
+                  ("minicpmo_4_5_3gpu_stage1_replicas.yaml", "3xH100-80GB"),
+                  ("minicpmo_4_5_4gpu_stage1_replicas.yaml", "4xH100-80GB"), ("minicpmo_4_5_8x4090.yaml", "8xRTX4090")]
+
+
+@pytest.mark.parametrize("name, gpus", MINICPMO_FILES)
+def test_minicpmo_files_start_on_the_cards_they_are_laid_out_for(name, gpus):
+    report = _check(name, gpus, "minicpmo-4.5")
+    assert report.ok, [p.message for p in report.errors]
+
+
+def test_minicpmo_8x4090_replicas_file_oversubscribes_gpu_5():
+    # a tts replica (0.8) and code2wav (0.9, which reserves nothing) share GPU 5: what the tts
+    # replica leaves cannot hold the code2wav's weights and state beside the margin
+    report = _check("minicpmo_4_5_8x4090_stage1_replicas.yaml", "8xRTX4090", "minicpmo-4.5")
+    assert ("gpu-oversubscribed", 5) in {(p.code, p.gpu) for p in report.errors}
+
+
+def test_minicpmo_profiles_at_most_max_num_seqs_videos():
+    # vllm 0.30.0 encoder_budget.py: min(budget // 4096, max_num_seqs x 1 video a prompt) videos
+    llm = lookup_model("minicpmo-4.5").stage("llm")
+    v = omni_version("0.30")
+    peaks = [stage_memory(llm, 1, StageKnobs(40960, n, 16384, False), v).activation_bytes for n in (1, 4, 8)]
+    assert peaks[0] < peaks[1] == peaks[2]  # 1 video, then the budget's 4
