@@ -32,7 +32,9 @@ def _effective_engine_args(stage) -> dict:
 
 # the cards each model's file is written for: two H100s, unless one stage needs more than
 # one 80 GB card holds at the TP degrees upstream runs
-GPUS_FOR = {"lingbot-world-v2-14b": "2xH200", "hunyuanvideo-1.5-480p-t2v": "2xH200"}
+GPUS_FOR = {"lingbot-world-v2-14b": "2xH200", "hunyuanvideo-1.5-480p-t2v": "2xH200",
+            # the Ming thinker runs at TP 4 only (~49.7 GiB a rank), as every bundled file does
+            "ming-flash-omni-2.0": "4xH100-80GB", "ming-flash-omni-2.0-thinker-only": "4xH100-80GB"}
 
 
 @pytest.mark.parametrize("version", DEPLOY_VERSIONS)
