@@ -48,6 +48,7 @@ class StageSetting:
     dtype: str | None = None
     mamba_cache_dtype: str = "auto"  # a hybrid's conv state dtype (auto: the model's)
     mamba_ssm_cache_dtype: str = "auto"  # its SSM state dtype (auto: the model's config hook, else the conv dtype)
+    kv_skip_layers: int = 0  # kv_cache_dtype_skip_layers: layers whose KV stays in the model dtype
 
 
 @dataclass(frozen=True)
@@ -223,6 +224,11 @@ def _setting(flat: dict, devices: Any, where: str, replicas: Any = None) -> Stag
                                                                                 "use_replayssm"):
         raise InputError(f"{where}: mamba_cache_mode {_show(flat.get('mamba_cache_mode'))} or use_replayssm is not "
                          "modelled (the state pool is sized for modes none and align); check cannot judge this file")
+    skip = flat.get("kv_cache_dtype_skip_layers") or []
+    if not isinstance(skip, list) or len(skip) > 4096 or not all(
+            isinstance(x, (int, str)) and not isinstance(x, bool) and str(x).isdigit() for x in skip):
+        raise InputError(f"{where}: kv_cache_dtype_skip_layers {_show(skip)} must list layer indices (attention-type "
+                         "names such as sliding_window are not modelled)")
     mml = flat.get("max_model_len")
     if isinstance(mml, int) and not isinstance(mml, bool) and mml == -1:
         raise InputError(f"{where}: max_model_len -1 (fit to memory) is not modelled; give a length")
@@ -244,6 +250,7 @@ def _setting(flat: dict, devices: Any, where: str, replicas: Any = None) -> Stag
                                                  "disable_hybrid_kv_cache_manager"),
         kv_transfer_config=flat.get("kv_transfer_config") is not None,
         dtype=_string(flat.get("dtype"), where, "dtype"),
+        kv_skip_layers=len({int(x) for x in skip}),
         **mamba,
     )
 

@@ -47,6 +47,7 @@ class StageKnobs:
     hybrid_kv: bool | None = True
     prefix_caching: bool = True  # vLLM V1's default; a hybrid Mamba stage then keeps two state blocks
     mamba_dtypes: tuple[str, str] = ("auto", "auto")  # a file's mamba_cache_dtype, mamba_ssm_cache_dtype
+    kv_skip_layers: int = 0  # with fp8 KV: layers kv_cache_dtype_skip_layers keeps in the model dtype
 
 
 @dataclass(frozen=True)
@@ -157,10 +158,17 @@ def kv_bytes_per_token(stage: StageSpec, tp: int, kv_cache_dtype: KvCacheDtype =
         return 0
     t = stage.transformer
     elem = 1 if kv_cache_dtype == "fp8" else int(DTYPE_BYTES[stage.dtype])
+    # kv_cache_dtype_skip_layers: those layers keep the model dtype beside the fp8 ones (vllm 0.30.0
+    # model_executor/layers/attention/attention.py), their pages unified with the others', so a
+    # token costs the sum of its layers' K and V
+    skip = min(knobs.kv_skip_layers, t.num_layers) if knobs is not None and kv_cache_dtype == "fp8" else 0
     if t.kv_latent_dim:
-        return t.num_layers * t.kv_latent_dim * elem
-    full = t.num_layers * _layer_token_bytes(stage, tp, kv_cache_dtype)
+        return (t.num_layers - skip) * t.kv_latent_dim * elem + skip * t.kv_latent_dim * int(DTYPE_BYTES[stage.dtype])
+    full = ((t.num_layers - skip) * _layer_token_bytes(stage, tp, kv_cache_dtype)
+            + skip * _layer_token_bytes(stage, tp, "auto"))
     layout = kv_layout(stage, tp, knobs, vllm) if knobs is not None else None
+    if skip and layout is not None:
+        raise InputError(f"{stage.name}: kv_cache_dtype_skip_layers beside sliding-window or Mamba layers is not modelled")
     if layout is None:
         return full
     hybrid = -(-layout.request_bytes(knobs.max_model_len) // knobs.max_model_len)

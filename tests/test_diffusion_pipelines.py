@@ -209,3 +209,33 @@ def test_a_hostile_model_index_json_is_refused_in_one_line(tmp_path, text):
     result = CliRunner().invoke(main, ["--gpus", "1xL4", "--model", str(tmp_path), "-q"])
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_mammothmoda2_ar_kv_and_dit_peaks_hold_the_recipes_measurements():
+    # https://github.com/vllm-project/vllm-omni/blob/main/recipes/MammothModa2/MammothModa2.md and
+    # https://github.com/vllm-project/vllm-omni/pull/7774 (vLLM-Omni 0.30, an RTX PRO 6000, 1536x1536):
+    # whole-device peaks less the AR's 0.5 of 97,887 MiB, two contexts and the DiT's weights leave
+    # 12,001 MiB beyond the weights for one request and 31,313 MiB for four batched
+    from omni_autoconf.memory import StageKnobs, stage_memory
+    from omni_autoconf.vllm_facts import MiB, omni_version
+
+    dit = lookup_model("mammothmoda2-preview").stage("dit")
+    v = omni_version("0.30")
+    for seqs, measured in ((1, 12_001), (4, 31_313)):
+        held = stage_memory(dit, 1, StageKnobs(16384, seqs, 16384, True), v).activation_bytes
+        assert held >= measured * MiB
+    # the AR stage on one H100 at 0.5: below the recipe's post-fix 294,816 tokens, within 1%
+    ar = _check("mammoth_moda2_ar.yaml", "1xH100-80GB", "mammothmoda2-preview-ar").stages[0]
+    assert 0.99 * 294_816 <= ar.kv_cache_tokens <= 294_816
+
+
+def test_mammothmoda2_fp8_file_keeps_its_skipped_layer_in_bf16():
+    # kv_cache_dtype_skip_layers ["0"]: layer 0 in bf16 beside 27 fp8 layers, 2,048 + 27 x 1,024 B a token
+    report = _check("mammoth_moda2_fp8_kv.yaml", "1xH200", "mammothmoda2-preview")
+    assert report.ok and report.stages[0].run.memory.kv_bytes_per_token == 2 * 4 * 128 * 2 + 27 * 2 * 4 * 128
+
+
+def test_mammothmoda2_two_stage_files_fit_one_h200_and_not_eight_1536_requests_on_80gb():
+    assert _check("mammoth_moda2.yaml", "1xH200", "mammothmoda2-preview").ok
+    codes = {p.code for p in _check("mammoth_moda2.yaml", "1xH100-80GB", "mammothmoda2-preview").errors}
+    assert "diffusion-peak-beyond-free" in codes

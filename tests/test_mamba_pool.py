@@ -240,3 +240,15 @@ def test_a_nemotron_h_config_without_head_dim_takes_the_config_class_default(tmp
     (tmp_path / "config.json").write_text(json.dumps({k: v for k, v in NANO_30B_CONFIG.items() if k != "head_dim"}))
     write_safetensors(tmp_path / "model.safetensors", {"backbone.embeddings.weight": ("BF16", [131072, 2688])})
     assert resolve(str(tmp_path)).pipeline.stage("llm").transformer.head_dim == 128
+
+
+def test_fp8_skip_layers_beside_a_hybrid_pool_are_refused():
+    # mixed page sizes beside Mamba pages are not modelled: refused, not sized as uniform fp8
+    from omni_autoconf.catalog import lookup_model
+    from omni_autoconf.errors import InputError
+    from omni_autoconf.memory import StageKnobs, stage_memory
+    from omni_autoconf.vllm_facts import omni_version
+
+    stage = lookup_model("audex-tts-30b-a3b").stage("audex_thinker")
+    with pytest.raises(InputError, match="kv_cache_dtype_skip_layers"):
+        stage_memory(stage, 1, StageKnobs(4096, 8, 512, False, "fp8", kv_skip_layers=1), omni_version("0.30"))

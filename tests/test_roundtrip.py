@@ -48,7 +48,7 @@ OTHER_MODELS = ["qwen3-omni-moe-thinking", "qwen3-tts-1.7b", "qwen3-tts-0.6b", "
                 "lingbot-world-v2-14b", "hunyuanvideo-1.5-480p-t2v",
                 "moss-tts-local-1.5", "higgs-audio-v3-4b", "audex-tts-2b", "audex-tts-30b-a3b", "audex-s2s-30b-a3b",
                 "breeze-tts-2", "nemotron-voicechat-11b", "minicpmo-4.5",
-                "ming-flash-omni-2.0"]
+                "ming-flash-omni-2.0", "mammothmoda2-preview"]
 GRID = list(itertools.product(MODELS, INVENTORIES, sorted(OPTIONS))) + list(
     itertools.product(OTHER_MODELS, INVENTORIES, ["buffer", "defaults", "fp8"]))
 
