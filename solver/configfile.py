@@ -208,6 +208,17 @@ def _setting(flat: dict, devices: Any, where: str, replicas: Any = None) -> Stag
         if (_integer(flat.get(field), where, field) or 1) > 1:
             raise InputError(f"{where}: {field} {flat[field]} is not modelled (tensor parallelism and replicas are); "
                              "check cannot judge this file")
+    # a diffusion stage's degrees sit in parallel_config (vllm_omni 0.30.0 diffusion/data.py
+    # DiffusionParallelConfig: its world is their product); only tensor parallelism is modelled
+    parallel = _mapping(flat.get("parallel_config"), where, "parallel_config")
+    for field in ("pipeline_parallel_size", "data_parallel_size", "cfg_parallel_size", "sequence_parallel_size",
+                  "ulysses_degree", "ring_degree", "allgather_degree"):
+        if (_integer(parallel.get(field), f"{where}: parallel_config", field) or 1) > 1:
+            raise InputError(f"{where}: parallel_config {field} {parallel[field]} is not modelled (tensor parallelism "
+                             "and replicas are); check cannot judge this file")
+    tp = _integer(flat.get("tensor_parallel_size"), where, "tensor_parallel_size")
+    if tp is None:
+        tp = _integer(parallel.get("tensor_parallel_size"), f"{where}: parallel_config", "tensor_parallel_size")
     mamba = {}
     for field in ("mamba_cache_dtype", "mamba_ssm_cache_dtype"):  # vllm 0.30.0 config/cache.py MambaDType
         value = _string(flat.get(field), where, field) or "auto"
@@ -235,7 +246,7 @@ def _setting(flat: dict, devices: Any, where: str, replicas: Any = None) -> Stag
     return StageSetting(
         stage_id=_integer(flat["stage_id"], where, "stage_id", low=0),
         devices=_devices(devices, where),
-        tensor_parallel_size=_integer(flat.get("tensor_parallel_size"), where, "tensor_parallel_size"),
+        tensor_parallel_size=tp,
         gpu_memory_utilization=_fraction(flat.get("gpu_memory_utilization"), where, "gpu_memory_utilization"),
         max_model_len=_integer(mml, where, "max_model_len"),
         max_num_seqs=_integer(flat.get("max_num_seqs"), where, "max_num_seqs"),

@@ -239,3 +239,33 @@ def test_mammothmoda2_two_stage_files_fit_one_h200_and_not_eight_1536_requests_o
     assert _check("mammoth_moda2.yaml", "1xH200", "mammothmoda2-preview").ok
     codes = {p.code for p in _check("mammoth_moda2.yaml", "1xH100-80GB", "mammothmoda2-preview").errors}
     assert "diffusion-peak-beyond-free" in codes
+
+
+@pytest.mark.parametrize("name, gpus, model", [
+    ("ming_image.yaml", "2xH100-80GB", "ming-image-0.1-design"),
+    ("ming_flash_omni_image.yaml", "5xH100-80GB", "ming-flash-omni-2.0-image"),
+    ("hunyuan_image3_ar.yaml", "4xH100-80GB", "hunyuan-image-3.0-ar"),
+    ("hunyuan_image3_dit.yaml", "4xH100-80GB", "hunyuan-image-3.0-dit"),
+    ("hunyuan_image_3_moe.yaml", "4xH200", "hunyuan-image-3.0"),
+    ("hunyuan-image-3-mooncakeconnector.yaml", "8xH200", "hunyuan-image-3.0")])
+def test_image_pipelines_start_where_their_weights_fit(name, gpus, model):
+    report = _check(name, gpus, model)
+    assert report.ok, [p.message for p in report.errors]
+
+
+def test_hunyuan_image3_dit_tp_is_read_from_parallel_config_and_tp2_does_not_load_on_80gb():
+    # the dit files set tensor_parallel_size inside parallel_config (vllm_omni 0.30.0
+    # config/stage_config.py, diffusion/data.py DiffusionParallelConfig); at TP 2 the MoE is
+    # ~80 GiB a rank, as logged on an H20 (https://github.com/vllm-project/vllm-omni/pull/2590)
+    report = _check("hunyuan_image_3_moe.yaml", "4xH100-80GB", "hunyuan-image-3.0")
+    assert [s.tensor_parallel_size for s in report.settings] == [2, 2]
+    assert {(p.code, p.stage) for p in report.errors} >= {("load-oom", "ar"), ("load-oom", "dit")}
+
+
+def test_parallel_degrees_beyond_tensor_parallelism_are_refused():
+    from omni_autoconf.configfile import read_config
+    from omni_autoconf.errors import InputError
+    from wheels import wheel_root
+
+    with pytest.raises(InputError, match="cfg_parallel_size"):  # DreamZero's CFG-parallel file
+        read_config(str(wheel_root("0.30") / "vllm_omni" / "deploy" / "dreamzero_tp1_cfg2.yaml"))

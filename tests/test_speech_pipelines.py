@@ -590,3 +590,11 @@ def test_ming_flash_omni_thinker_counts_give_ling_flash():
     parts = {c.name: c.params for c in lookup_model("ming-flash-omni-2.0").stage("thinker").components}
     routers = 31 * 3 * 256 * 4096
     assert parts["moe_lm"] + parts["routers_and_norms"] - routers * 2 // 3 == 102_889_697_280
+
+
+def test_joyai_starts_on_one_h100_and_auras_full_length_needs_an_h200():
+    assert _check("joyai_vl_interaction.yaml", "1xH100-80GB", "joyai-vl-interaction-preview").ok
+    assert _check("aura_omni.yaml", "1xH200", "aura-omni").ok
+    # one 262,144-token request of the Qwen3-VL-8B stage needs 36 GiB of KV: more than 0.x of 80 GB leaves
+    small = _check("aura_omni.yaml", "1xH100-80GB", "aura-omni")
+    assert ("kv-below-max-model-len", "aura") in {(p.code, p.stage) for p in small.errors}

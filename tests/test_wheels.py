@@ -34,7 +34,11 @@ def _effective_engine_args(stage) -> dict:
 # one 80 GB card holds at the TP degrees upstream runs
 GPUS_FOR = {"lingbot-world-v2-14b": "2xH200", "hunyuanvideo-1.5-480p-t2v": "2xH200",
             # the Ming thinker runs at TP 4 only (~49.7 GiB a rank), as every bundled file does
-            "ming-flash-omni-2.0": "4xH100-80GB", "ming-flash-omni-2.0-thinker-only": "4xH100-80GB"}
+            "ming-flash-omni-2.0": "4xH100-80GB", "ming-flash-omni-2.0-thinker-only": "4xH100-80GB",
+            # ...and its image file puts the dit on a fifth card (devices "4")
+            "ming-flash-omni-2.0-image": "5xH100-80GB",
+            # HunyuanImage-3.0's MoE holds ~80 GiB a rank at TP 2 (its AR+dit file's degree), ~41 GiB at TP 4
+            "hunyuan-image-3.0": "4xH200", "hunyuan-image-3.0-ar": "4xH100-80GB", "hunyuan-image-3.0-dit": "4xH100-80GB"}
 
 
 @pytest.mark.parametrize("version", DEPLOY_VERSIONS)
