@@ -78,6 +78,15 @@ class StageSpec(Strict):
         default=1, ge=1, description="KV rows of max_model_len one user request takes (2: CFG's conditioned and "
         "unconditioned rows); max_num_seqs and the plan's headroom count rows.")
     kv_rows_source: str | None = None
+    runner_hidden_size: int | None = Field(
+        default=None, gt=0, description="The width of the model runner's inputs_embeds buffer, the hidden_size of "
+        "the text config vLLM reads for this stage, where that is not transformer.hidden_size (a vocoder stage "
+        "handed the talker's or thinker's config); the buffer is max_num_batched_tokens of it.")
+    runner_hidden_source: str | None = None
+    logits_every_token: str | None = Field(
+        default=None, description="Set (why): the model computes its head's logits over every batched token, and "
+        "keeps a copy, in the profile run and every prefill (MiMo-Audio), where vLLM's runner takes only the "
+        "sampled rows.")
     whole_prefill: str | None = Field(
         default=None, description="Set (why): the model raises on a prefill split over steps, so chunked prefill "
         "must be off (and max_num_batched_tokens then at least max_model_len, vLLM's rule).")
@@ -113,6 +122,8 @@ class StageSpec(Strict):
                 raise ValueError(f"{where}: {', '.join(clash)} is planned, not a catalog field")
         if (self.max_num_seqs_limit is None) != (self.max_num_seqs_limit_source is None):
             raise ValueError("max_num_seqs_limit and max_num_seqs_limit_source go together")
+        if (self.runner_hidden_size is None) != (self.runner_hidden_source is None):
+            raise ValueError("runner_hidden_size and runner_hidden_source go together")
         if (self.kv_rows_per_request > 1) != (self.kv_rows_source is not None):
             raise ValueError("kv_rows_per_request above 1 and kv_rows_source go together")
         if (self.role == "generation") != (self.generation_profile is not None):

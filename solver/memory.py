@@ -213,7 +213,7 @@ def stage_memory(stage: StageSpec, tp: int, knobs: StageKnobs, version: OmniVers
         non_torch_bytes=F.NON_TORCH_BYTES_TP if tp > 1 else F.NON_TORCH_BYTES,
         context_bytes=F.CUDA_CONTEXT_BYTES,
         nccl_bytes=F.NCCL_BYTES_PER_RANK if tp > 1 and version.snapshot_after_nccl else 0,
-        runner_bytes=int(knobs.max_num_batched_tokens * hidden * elem),
+        runner_bytes=int(knobs.max_num_batched_tokens * (stage.runner_hidden_size or hidden) * elem),
         graph_reserve_bytes=F.GRAPH_RESERVE_BYTES if graphs else 0,
         kv_bytes_per_token=kv_bytes_per_token(stage, tp, knobs.kv_cache_dtype, knobs, version.vllm),
         kv_layout=kv_layout(stage, tp, knobs, version.vllm),

@@ -58,9 +58,17 @@ _CATALOG_ONLY = {
     "auk": ("auk", "an upstream tool assembles it; the stages read their own files"),
     "Gr00tN1d7": ("gr00t-n1.7-3b", "its backbone's layout comes from another repository's config"),
     "higgs_multimodal_qwen3": ("higgs-audio-v3-4b", "its codec is bundled in the talker's shards, only its decoder loaded"),
+    "covo_audio": ("covo-audio-chat", "its code2wav reads its own files beside the LM's"),
     # Audex's repo-root manifest (vllm_omni 0.30.0 model_executor/models/audex/checkpoint.py)
     "nemotron_labs_audex": ("audex-tts-2b", "each stage reads its own subfolder; audex-s2s-2b, audex-thinker-only-2b "
                             "and their -30b-a3b siblings are its other pipelines and size"),
+}
+# pipelines matched by architecture where model_type names a plain LLM (vllm_omni 0.30.0
+# model_executor/models/mimo_audio/pipeline.py hf_architectures: model_type qwen2)
+_CATALOG_ONLY_ARCHS = {
+    "MiMoAudioModel": ("mimo-audio-7b", "its audio tokenizer is another checkpoint, which an environment variable names"),
+    "MiMoV2ASRForCausalLM": ("mimo-audio-7b", "vLLM-Omni serves it as the MiMo-Audio pipeline, whose audio tokenizer "
+                             "an environment variable names"),
 }
 # LeRobot policy configs name their kind in `type`, not model_type (vllm_omni 0.30.0 diffusion/data.py:1726-1735)
 _LEROBOT_TYPES = {"pi0": "pi0", "pi05": "pi05"}
@@ -134,6 +142,7 @@ def _refuse_catalog_only(config_path: Path, reference: str) -> None:
     model_type, kind = cfg.get("model_type"), cfg.get("type")
     if isinstance(model_type, str) and model_type in _CATALOG_ONLY:
         raise _catalog_only(reference, model_type)
+    _refuse_catalog_only_arch(cfg, reference)
     if isinstance(kind, str) and kind in _LEROBOT_TYPES and model_type is None:
         raise InputError(f"{reference}: a LeRobot {kind} policy directory is not read yet; plan it by its catalog "
                          f"name: --model {_LEROBOT_TYPES[kind]}")
@@ -147,6 +156,14 @@ def _json_object(path: Path) -> dict:
     except InputError:
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def _refuse_catalog_only_arch(cfg: dict, reference: str) -> None:
+    for arch in _names(cfg.get("architectures")):
+        if arch in _CATALOG_ONLY_ARCHS:
+            name, why = _CATALOG_ONLY_ARCHS[arch]
+            raise InputError(f"{reference}: a {arch} checkpoint is not read yet ({why}); plan it by its catalog name: "
+                             f"--model {name}")
 
 
 def _catalog_only(reference: str, model_type: str) -> InputError:
@@ -167,6 +184,7 @@ def from_checkpoint(ckpt: Checkpoint, reference: str) -> ModelSource:
         base = load_pipeline_text(text, filename, config=cfg if lookup_model(name).config else None)
         ckpt = with_subfolders(ckpt, base.checkpoint_subfolders)
     elif any(str(a).endswith("ForCausalLM") for a in _names(cfg.get("architectures"))) or "num_hidden_layers" in cfg:
+        _refuse_catalog_only_arch(cfg, reference)  # a Hub id's config (a directory's is refused before its shards)
         base = pipeline_from_config(cfg, reference, where=f"{reference}/config.json")
     elif model_type in _CATALOG_ONLY:  # a Hub id's config (a directory's is refused before its shards are read)
         raise _catalog_only(reference, model_type)

@@ -7,7 +7,8 @@ profile_run, _dummy_run, _dummy_sampler_run; vLLM-Omni's runners), term by term:
     D   the decoder dummy run on max_num_batched_tokens tokens: per-layer temporaries
         and, for MoE, the fused-MoE workspace (persistent: kept after profiling)
     S   the sampler dummy run on min(max_num_seqs, tokens) rows of fp32 logits
-    peak = max(E, D + encoder output kept, workspace + hidden + S)
+    L   a model that takes its head over every token and keeps a copy (MiMo-Audio)
+    peak = max(E, D + encoder output kept (+ L), workspace + hidden + S)
 
 Tensor lifetimes are those of eager PyTorch (torch.compile may fuse some away), so every
 term errs high. Pure functions of a stage spec, a TP degree, knobs and a version.
@@ -162,5 +163,8 @@ def profile_terms(stage: StageSpec, tp: int, max_model_len: int, max_num_seqs: i
     rows = min(max_num_seqs, tokens)
     sampler = rows * t.vocab_size * F.SAMPLER_BYTES_PER_LOGIT + F.SAMPLER_FIXED_BYTES
     hidden = int(tokens * t.hidden_size * elem)
-    peak = max(enc, dec + work + enc_out, work + hidden + sampler)
+    # a model whose forward takes the head over every token and clones it (logits_every_token),
+    # counted on top of the decoder's temporaries, which are freed before it runs: high
+    logits = int(2 * tokens * t.vocab_size * elem) if stage.logits_every_token else 0
+    peak = max(enc, dec + work + enc_out + logits, work + hidden + sampler)
     return ProfileTerms(patches, enc, enc_out, dec, work, sampler, peak, work)

@@ -598,3 +598,30 @@ def test_joyai_starts_on_one_h100_and_auras_full_length_needs_an_h200():
     # one 262,144-token request of the Qwen3-VL-8B stage needs 36 GiB of KV: more than 0.x of 80 GB leaves
     small = _check("aura_omni.yaml", "1xH100-80GB", "aura-omni")
     assert ("kv-below-max-model-len", "aura") in {(p.code, p.stage) for p in small.errors}
+
+
+def test_covo_audio_starts_on_the_a100_it_was_verified_on_with_its_longest_reply_planned():
+    # "Verified on 1x A100-80G."; code2wav planned at the 2047-code reply its max_model_len allows,
+    # whose fp32 attention bias grows with the square of the codes (beyond its 0.2 fraction: a warning)
+    report = _check("covo_audio.yaml", "1xA100-80GB", "covo-audio-chat")
+    assert report.ok, [p.message for p in report.errors]
+    assert "fraction-below-usage" in {p.code for p in report.problems if p.severity == "warning"}
+    assert report.stages[1].run.memory.activation_bytes >= 21 * GiB
+
+
+def test_mimo_audio_needs_its_tokenizer_on_the_cpu_to_fit_the_5090d_it_was_verified_on():
+    # the recipe that verified mimo_audio_5090d.yaml sets MIMO_AUDIO_TOKENIZER_DEVICE=cpu: with it the
+    # file starts, and its KV stays at or below the recipe's ~4.9 GiB ("KV cache ~4.9 GiB",
+    # https://github.com/vllm-project/vllm-omni/pull/6559); with the tokenizer copies on the GPU it does not fit
+    cpu = _check("mimo_audio_5090d.yaml", "1xRTX5090", "mimo-audio-7b-tokenizer-cpu")
+    assert cpu.ok and cpu.stages[0].kv_cache_bytes <= 4.9 * GiB
+    assert "gpu-oversubscribed" in {p.code for p in _check("mimo_audio_5090d.yaml", "1xRTX5090", "mimo-audio-7b").errors}
+    assert _check("mimo_audio.yaml", "1xH100-80GB", "mimo-audio-7b").ok
+
+
+def test_mimo_audio_profiles_its_logits_over_every_token():
+    # compute_logits over every batched token and a clone: 2 x tokens x 151680 x 2 B beyond the usual terms
+    stage = lookup_model("mimo-audio-7b").stage("fused_thinker_talker")
+    v = omni_version("0.30")
+    peaks = [stage_memory(stage, 1, StageKnobs(8192, 1, t, True), v).activation_bytes for t in (4096, 8192)]
+    assert peaks[1] - peaks[0] >= 2 * 4096 * 151680 * 2
