@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field, ValidationError, model_validator
 
 from .catalog_parts import (  # noqa: F401  (re-exported: the parts are catalog vocabulary)
-    VERSIONS_PATTERN, BatchRule, Component, DeployTopOverlay, DiffusionProfile, EncoderProfile, GenerationProfile, LegacyOverlay, MemoryDefaults,
-    ServingOutside, Strict, TpEvidence, Transformer, VisionTower,
+    DTYPE_BYTES, PLANNED_KEYS, VERSIONS_PATTERN, BatchRule, Component, DeployTopOverlay, DiffusionProfile, EncoderProfile,
+    GenerationProfile, LegacyOverlay, MemoryDefaults, ServingOutside, Strict, TpEvidence, Transformer, VisionTower,
 )
 from .errors import CatalogError, InputError
 from .vllm_facts import in_range, range_text
@@ -29,24 +29,6 @@ from .yamlio import parse_mapping
 
 Schema = Literal["deploy", "stage-args"]
 SCHEMAS: tuple[str, ...] = ("deploy", "stage-args")
-
-DTYPE_BYTES: dict[str, float] = {
-    # bf16/fp16 2 bytes (torch dtype itemsize); fp8 1 (+ small scales); int4 ~0.52 at group 128
-    # (4 bits + a 16-bit scale per 128 weights: 0.5 + 2/128 bytes).
-    "bfloat16": 2.0,
-    "float16": 2.0,
-    "float32": 4.0,
-    "fp8": 1.0,
-    "int4": 0.52,
-    "bytes": 1.0,  # a component counted in stored bytes (read from a checkpoint's headers)
-}
-
-# The keys the plan decides for every stage: a catalog field must not set one (the
-# renderers would never let it win, and a catalog that tries is a mistake).
-PLANNED_KEYS = ("devices", "tensor_parallel_size", "gpu_memory_utilization", "max_model_len", "max_num_seqs",
-                "max_num_batched_tokens", "enforce_eager", "kv_cache_dtype", "max_batch_size", "kv_cache_memory_bytes",
-                "num_replicas")
-
 
 class StageSpec(Strict):
     """One stage of a pipeline."""

@@ -10,6 +10,23 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 VERSIONS_PATTERN = r"^\d+\.\d+(-(\d+\.\d+)?)?$"  # "0.14-0.24", "0.26-", "0.30"
 
+DTYPE_BYTES: dict[str, float] = {
+    # bf16/fp16 2 bytes (torch dtype itemsize); fp8 1 (+ small scales); int4 ~0.52 at group 128
+    # (4 bits + a 16-bit scale per 128 weights: 0.5 + 2/128 bytes).
+    "bfloat16": 2.0,
+    "float16": 2.0,
+    "float32": 4.0,
+    "fp8": 1.0,
+    "int4": 0.52,
+    "bytes": 1.0,  # a component counted in stored bytes (read from a checkpoint's headers)
+}
+
+# The keys the plan decides for every stage: a catalog field must not set one (the
+# renderers would never let it win, and a catalog that tries is a mistake).
+PLANNED_KEYS = ("devices", "tensor_parallel_size", "gpu_memory_utilization", "max_model_len", "max_num_seqs",
+                "max_num_batched_tokens", "enforce_eager", "kv_cache_dtype", "max_batch_size", "kv_cache_memory_bytes",
+                "num_replicas")
+
 # Flags of OmniVersion a component or profile may depend on (see vllm_facts.OmniVersion).
 VersionFlag = Literal["talker_builds_encoders"]
 
@@ -191,6 +208,8 @@ class ServingOutside(Strict):
 
     bytes: int = Field(gt=0)
     bytes_per_seq: int = Field(default=0, ge=0, description="More for each of max_num_seqs (batched decodes).")
+    split_over_tp: bool = Field(default=False, description="The figures are the whole stage's at TP 1 and each rank "
+                                "holds its share (a copy of the rank's KV).")
     assumes: str = Field(min_length=1, description="The request it is sized for, e.g. a 30 s reference clip.")
     source: str = Field(min_length=1)
 

@@ -222,11 +222,19 @@ def stage_memory(stage: StageSpec, tp: int, knobs: StageKnobs, version: OmniVers
         accounting=version.kv_accounting if stage.has_kv_cache else "profile",
         load_buffer_bytes=deepstack,
         state_bytes=state,
-        serving_outside_bytes=(stage.serving_outside.bytes + stage.serving_outside.bytes_per_seq * knobs.max_num_seqs
-                               if stage.serving_outside is not None else 0),
+        serving_outside_bytes=_serving_outside(stage, tp, knobs.max_num_seqs),
         pool_fraction=stage.diffusion_profile.pool_fraction_of_free if stage.diffusion_profile else 0.0,
         pool_floor_bytes=stage.diffusion_profile.pool_floor_bytes if stage.diffusion_profile else 0,
     )
+
+
+def _serving_outside(stage: StageSpec, tp: int, max_num_seqs: int) -> int:
+    """What the stage takes while serving beyond its fraction, per rank (catalog serving_outside)."""
+    so = stage.serving_outside
+    if so is None:
+        return 0
+    total = so.bytes + so.bytes_per_seq * max_num_seqs
+    return -(-total // tp) if so.split_over_tp else total
 
 
 def requested_bytes(total_bytes: int, util_steps: int, resolution: int) -> int:

@@ -183,11 +183,11 @@ def from_checkpoint(ckpt: Checkpoint, reference: str) -> ModelSource:
         text, filename = catalog_text(name)
         base = load_pipeline_text(text, filename, config=cfg if lookup_model(name).config else None)
         ckpt = with_subfolders(ckpt, base.checkpoint_subfolders)
+    elif model_type in _CATALOG_ONLY:  # a Hub id's config (a directory's is refused before its shards are read)
+        raise _catalog_only(reference, model_type)
     elif any(str(a).endswith("ForCausalLM") for a in _names(cfg.get("architectures"))) or "num_hidden_layers" in cfg:
         _refuse_catalog_only_arch(cfg, reference)  # a Hub id's config (a directory's is refused before its shards)
         base = pipeline_from_config(cfg, reference, where=f"{reference}/config.json")
-    elif model_type in _CATALOG_ONLY:  # a Hub id's config (a directory's is refused before its shards are read)
-        raise _catalog_only(reference, model_type)
     else:
         raise InputError(f"{reference}: config.json model_type {model_type!r} is no pipeline this tool covers")
     _refuse_misread_hub_id(base.name, reference)
