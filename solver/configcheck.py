@@ -41,6 +41,12 @@ class ResolvedSetting:
     replicas: int = 1
     layout_error: str | None = None  # vLLM-Omni's own message when it cannot split the devices
     dtype: str | None = None  # as the file says it (None: auto)
+    sequence_parallel: int = 1  # a diffusion stage's sequence-parallel ranks per TP rank
+
+    @property
+    def ranks(self) -> int:
+        """GPUs one replica runs on: its TP ranks times its sequence-parallel ranks."""
+        return self.tensor_parallel_size * self.sequence_parallel
 
 
 @dataclass(frozen=True)
@@ -87,7 +93,10 @@ def resolve_settings(pipeline: PipelineSpec, config: ConfigFile, version: OmniVe
             raise InputError(f"{config.path}: no stage {spec.stage_id} ({spec.name}) for {pipeline.name}")
         tp = st.tensor_parallel_size or 1
         replicas = st.num_replicas or 1
-        devices, layout_error = split_replicas(st.devices, replicas, tp, spec.stage_id, version)
+        if st.sequence_parallel > 1 and spec.role != "diffusion":
+            raise InputError(f"{config.path}: stage {spec.stage_id} ({spec.name}) sets sequence parallelism, which only "
+                             "a diffusion stage runs")
+        devices, layout_error = split_replicas(st.devices, replicas, tp * st.sequence_parallel, spec.stage_id, version)
         util = st.gpu_memory_utilization
         if util is None:  # a diffusion stage without one declares nothing (its runtime reads none)
             util = F.default_gpu_memory_utilization(version.vllm) if spec.bounded_by_fraction else 0.0
@@ -120,7 +129,7 @@ def resolve_settings(pipeline: PipelineSpec, config: ConfigFile, version: OmniVe
         out.append(ResolvedSetting(spec, devices, tp, util, knobs, kv_text, chunked,
                                    st.devices is not None, st.tensor_parallel_size is not None,
                                    st.kv_cache_memory_bytes if spec.has_kv_cache else None, replicas, layout_error,
-                                   st.dtype))
+                                   st.dtype, st.sequence_parallel))
     return out
 
 
@@ -166,6 +175,7 @@ def split_replicas(devices: tuple[int, ...] | None, replicas: int, tp: int, stag
 
 def _layout_problems(rs: ResolvedSetting, num_gpus: int) -> list[CheckProblem]:
     name, tp, devices = rs.spec.name, rs.tensor_parallel_size, rs.devices
+    ranks = rs.ranks
     found = []
     if rs.layout_error:
         found.append(CheckProblem("device-layout-invalid", name, None, rs.layout_error, {}))
@@ -175,7 +185,7 @@ def _layout_problems(rs: ResolvedSetting, num_gpus: int) -> list[CheckProblem]:
         found.append(CheckProblem("unknown-device", name, bad[0],
                                   f"{name}: devices {','.join(map(str, devices))} name GPU {bad[0]}, "
                                   f"but only GPUs 0..{num_gpus - 1} exist", {"device": bad[0], "num_gpus": num_gpus}))
-    if len(devices) != tp * rs.replicas or len(set(devices)) != len(devices):
+    if len(devices) != ranks * rs.replicas or len(set(devices)) != len(devices):
         found.append(CheckProblem("tp-mismatch", name, None,
                                   f"{name}: {len(devices)} device(s) {','.join(map(str, devices))} for "
                                   f"tensor_parallel_size {tp} (vLLM needs one distinct GPU per rank)",
@@ -266,7 +276,8 @@ def check_config(pipeline: PipelineSpec, gpus: list[Gpu], version: OmniVersion, 
         steps = round(rs.gpu_memory_utilization * UTIL_RESOLUTION)
         runs.append(StageRun(rs.spec.stage_id, rs.spec.name, rs.spec.has_kv_cache, rs.devices, rs.tensor_parallel_size,
                              steps, UTIL_RESOLUTION, rs.knobs, memory, rs.kv_pinned_bytes, rs.replicas,
-                             bounded=rs.spec.bounded_by_fraction, vllm=version.vllm))
+                             bounded=rs.spec.bounded_by_fraction, vllm=version.vllm,
+                             sequence_parallel=rs.sequence_parallel))
     index = {st.name: i for i, st in enumerate(pipeline.stages)}
     groups = tuple(tuple(index[n] for n in group) for group in exclusive)
     startup = simulate(runs, gpus, upstream=upstream, parallel_init=parallel_init,

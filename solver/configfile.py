@@ -49,6 +49,7 @@ class StageSetting:
     mamba_cache_dtype: str = "auto"  # a hybrid's conv state dtype (auto: the model's)
     mamba_ssm_cache_dtype: str = "auto"  # its SSM state dtype (auto: the model's config hook, else the conv dtype)
     kv_skip_layers: int = 0  # kv_cache_dtype_skip_layers: layers whose KV stays in the model dtype
+    sequence_parallel: int = 1  # a diffusion stage's parallel_config sequence-parallel degree (Ulysses x ring)
 
 
 @dataclass(frozen=True)
@@ -209,13 +210,20 @@ def _setting(flat: dict, devices: Any, where: str, replicas: Any = None) -> Stag
             raise InputError(f"{where}: {field} {flat[field]} is not modelled (tensor parallelism and replicas are); "
                              "check cannot judge this file")
     # a diffusion stage's degrees sit in parallel_config (vllm_omni 0.30.0 diffusion/data.py
-    # DiffusionParallelConfig: its world is their product); only tensor parallelism is modelled
+    # DiffusionParallelConfig: its world is their product); tensor and sequence parallelism are modelled
     parallel = _mapping(flat.get("parallel_config"), where, "parallel_config")
-    for field in ("pipeline_parallel_size", "data_parallel_size", "cfg_parallel_size", "sequence_parallel_size",
-                  "ulysses_degree", "ring_degree", "allgather_degree"):
-        if (_integer(parallel.get(field), f"{where}: parallel_config", field) or 1) > 1:
-            raise InputError(f"{where}: parallel_config {field} {parallel[field]} is not modelled (tensor parallelism "
-                             "and replicas are); check cannot judge this file")
+    degree = {field: _integer(parallel.get(field), f"{where}: parallel_config", field) or 1
+              for field in ("pipeline_parallel_size", "data_parallel_size", "cfg_parallel_size", "sequence_parallel_size",
+                            "ulysses_degree", "ring_degree", "allgather_degree")}
+    for field in ("pipeline_parallel_size", "data_parallel_size", "cfg_parallel_size"):
+        if degree[field] > 1:
+            raise InputError(f"{where}: parallel_config {field} {parallel[field]} is not modelled (tensor and sequence "
+                             "parallelism and replicas are); check cannot judge this file")
+    # DiffusionParallelConfig: sequence_parallel_size = allgather_degree, else ulysses x ring, unless given
+    derived = degree["allgather_degree"] if degree["allgather_degree"] > 1 else degree["ulysses_degree"] * degree["ring_degree"]
+    sequence_parallel = degree["sequence_parallel_size"] if parallel.get("sequence_parallel_size") else derived
+    if sequence_parallel > 1024:
+        raise InputError(f"{where}: parallel_config sequence parallelism of {sequence_parallel} is more than any host has GPUs")
     tp = _integer(flat.get("tensor_parallel_size"), where, "tensor_parallel_size")
     if tp is None:
         tp = _integer(parallel.get("tensor_parallel_size"), f"{where}: parallel_config", "tensor_parallel_size")
@@ -262,6 +270,7 @@ def _setting(flat: dict, devices: Any, where: str, replicas: Any = None) -> Stag
         kv_transfer_config=flat.get("kv_transfer_config") is not None,
         dtype=_string(flat.get("dtype"), where, "dtype"),
         kv_skip_layers=len({int(x) for x in skip}),
+        sequence_parallel=sequence_parallel,
         **mamba,
     )
 

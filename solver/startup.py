@@ -53,14 +53,17 @@ class StageRun:
     replicas: int = 1  # devices is the pool: replica r takes devices[r*tp:(r+1)*tp]
     bounded: bool = True  # False: a diffusion stage, which its fraction neither gates nor bounds
     vllm: tuple[int, int] = (0, 30)  # the vLLM release (its hybrid KV grouping rule)
+    # a diffusion stage's sequence-parallel ranks per TP rank: each holds the TP rank's weights and,
+    # counted whole (high: the ranks share a request's sequence), the stage's peak
+    sequence_parallel: int = 1
 
     @property
     def gpu_memory_utilization(self) -> float:
         return round(self.util_steps / self.resolution, 6)
 
     def replica_devices(self) -> tuple[tuple[int, ...], ...]:
-        tp = self.tensor_parallel_size
-        return tuple(tuple(self.devices[r * tp:(r + 1) * tp]) for r in range(self.replicas))
+        ranks = self.tensor_parallel_size * self.sequence_parallel
+        return tuple(tuple(self.devices[r * ranks:(r + 1) * ranks]) for r in range(self.replicas))
 
 
 @dataclass(frozen=True)

@@ -269,3 +269,17 @@ def test_parallel_degrees_beyond_tensor_parallelism_are_refused():
 
     with pytest.raises(InputError, match="cfg_parallel_size"):  # DreamZero's CFG-parallel file
         read_config(str(wheel_root("0.30") / "vllm_omni" / "deploy" / "dreamzero_tp1_cfg2.yaml"))
+
+
+@pytest.mark.parametrize("name, model", [
+    ("minimax_h3_disaggregated.yaml", "minimax-h3"), ("minimax_h3_disaggregated_nixl.yaml", "minimax-h3"),
+    ("minimax_h3_disaggregated_turbo.yaml", "minimax-h3-turbo"), ("minimax_h3_disaggregated_turbo_nixl.yaml", "minimax-h3-turbo")])
+def test_minimax_h3_files_spread_the_dit_over_its_ulysses_ranks(name, model):
+    # parallel_config ulysses_degree 4 at TP 1: the dit runs on the four GPUs 2-5, each holding the
+    # 33 B DiT (sequence parallelism splits no weight); they start on H200s, not on 80 GB cards
+    # (an 80 GB A100 run of this layout ran out of memory: https://github.com/vllm-project/vllm-omni/pull/5885)
+    report = _check(name, "6xH200", model)
+    assert report.ok, [p.message for p in report.errors]
+    dit = report.settings[1]
+    assert (dit.tensor_parallel_size, dit.sequence_parallel, dit.devices) == (1, 4, (2, 3, 4, 5))
+    assert "diffusion-peak-beyond-free" in {p.code for p in _check(name, "6xH100-80GB", model).errors}

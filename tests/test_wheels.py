@@ -38,7 +38,10 @@ GPUS_FOR = {"lingbot-world-v2-14b": "2xH200", "hunyuanvideo-1.5-480p-t2v": "2xH2
             # ...and its image file puts the dit on a fifth card (devices "4")
             "ming-flash-omni-2.0-image": "5xH100-80GB",
             # HunyuanImage-3.0's MoE holds ~80 GiB a rank at TP 2 (its AR+dit file's degree), ~41 GiB at TP 4
-            "hunyuan-image-3.0": "4xH200", "hunyuan-image-3.0-ar": "4xH100-80GB", "hunyuan-image-3.0-dit": "4xH100-80GB"}
+            "hunyuan-image-3.0": "4xH200", "hunyuan-image-3.0-ar": "4xH100-80GB", "hunyuan-image-3.0-dit": "4xH100-80GB",
+            # MiniMax-H3: the encoder at TP 2 as bundled, and the dit holds the whole 33 B DiT (~71 GiB with its VAE
+            # decoders) and its largest request on one card, more than 80 GB
+            "minimax-h3": "3xH200", "minimax-h3-turbo": "3xH200"}
 
 
 @pytest.mark.parametrize("version", DEPLOY_VERSIONS)
