@@ -39,6 +39,9 @@ FILES = {  # catalog model -> its bundled file, legacy (0.14-0.18) and deploy (0
     "audex-tts-30b-a3b": (None, "deploy/audex_tts_30b.yaml"),
     "breeze-tts-2": (None, "deploy/breeze_tts_2_throughput.yaml"),
     "ming-flash-omni-2.0": (None, "deploy/ming_flash_omni.yaml"),
+    "covo-audio-chat": (None, "deploy/covo_audio.yaml"),
+    # the 5090D file's recipe runs it with MIMO_AUDIO_TOKENIZER_DEVICE=cpu, which this entry assumes
+    "mimo-audio-7b-tokenizer-cpu": (None, "deploy/mimo_audio_5090d.yaml"),
 }
 # files whose hardware sentence the pattern below does not read: the sentence, quoted, and the cards it names
 MEASURED = {"audio8-tts-0.6b": ("Measured on 1x H20 (20 prompts, mean audio 4.5 s)", "1xH20"),
@@ -49,7 +52,9 @@ MEASURED = {"audio8-tts-0.6b": ("Measured on 1x H20 (20 prompts, mean audio 4.5 
             "audex-tts-30b-a3b": ("Single H100 80GB layout: thinker 0.85 + decoder 0.08 share GPU 0", "1xH100-80GB"),
             "breeze-tts-2": ("tested on one H100 80 GB", "1xH100-80GB"),
             # its GPUs: devices 0-3 (the recipe's 4x H100 80GB)
-            "ming-flash-omni-2.0": ("verified and required on devices with 80GB memory", "4xH100-80GB")}
+            "ming-flash-omni-2.0": ("verified and required on devices with 80GB memory", "4xH100-80GB"),
+            "covo-audio-chat": ("Verified on 1x A100-80G.", "1xA100-80GB"),
+            "mimo-audio-7b-tokenizer-cpu": ("MiMo-Audio deploy for 1x RTX 5090 / 5090D 32GB", "1xRTX5090")}
 VERSIONS = ["0.14", "0.16", "0.18", "0.20", "0.22", "0.24", "0.26", "0.28", "0.30"]
 VERIFIED = re.compile(r"(?:verified|validated here) on (?:(\d+)[x×] (H100|L4|H20|A40)|NVIDIA (A100) \(80GB\))", re.I)
 CATALOG_NAME = {"H100": "H100-80GB", "A100": "A100-80GB", "L4": "L4", "H20": "H20", "A40": "A40"}  # the verified comments' cards
