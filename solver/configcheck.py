@@ -7,7 +7,7 @@ then the start-up model (startup.py, the one the planner uses) walks the launch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import vllm_facts as F
 from .catalog import PipelineSpec, StageSpec
@@ -188,7 +188,9 @@ def _layout_problems(rs: ResolvedSetting, num_gpus: int) -> list[CheckProblem]:
     if len(devices) != ranks * rs.replicas or len(set(devices)) != len(devices):
         found.append(CheckProblem("tp-mismatch", name, None,
                                   f"{name}: {len(devices)} device(s) {','.join(map(str, devices))} for "
-                                  f"tensor_parallel_size {tp} (vLLM needs one distinct GPU per rank)",
+                                  f"tensor_parallel_size {tp}" + (f" x sequence parallelism {rs.sequence_parallel}"
+                                                                  if rs.sequence_parallel > 1 else "")
+                                  + " (vLLM needs one distinct GPU per rank)",
                                   {"devices": len(devices), "tensor_parallel_size": tp}))
     heads = rs.spec.transformer.num_heads
     if heads % tp:
@@ -271,6 +273,9 @@ def check_config(pipeline: PipelineSpec, gpus: list[Gpu], version: OmniVersion, 
             problems += [CheckProblem("engine-config-invalid", rs.spec.name, d, BF16_MESSAGE.format(gpu=gpus[d].name), {})
                          for d in rs.devices if refuses_bf16(gpus[d])][:1]
         memory = None if layout else stage_memory(rs.spec, rs.tensor_parallel_size, rs.knobs, version)
+        if memory is not None and rs.sequence_parallel > 1 and rs.tensor_parallel_size == 1:
+            # sequence-parallel ranks form NCCL groups as TP ranks do
+            memory = replace(memory, non_torch_bytes=F.NON_TORCH_BYTES_TP, nccl_bytes=F.NCCL_BYTES_PER_RANK)
         if memory is not None and calibration is not None and calibration.model == pipeline.name:
             memory = calibration.apply(rs.spec.name, memory, rs.tensor_parallel_size)
         steps = round(rs.gpu_memory_utilization * UTIL_RESOLUTION)

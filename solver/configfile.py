@@ -212,16 +212,22 @@ def _setting(flat: dict, devices: Any, where: str, replicas: Any = None) -> Stag
     # a diffusion stage's degrees sit in parallel_config (vllm_omni 0.30.0 diffusion/data.py
     # DiffusionParallelConfig: its world is their product); tensor and sequence parallelism are modelled
     parallel = _mapping(flat.get("parallel_config"), where, "parallel_config")
-    degree = {field: _integer(parallel.get(field), f"{where}: parallel_config", field) or 1
+    # a degree on the stage itself is moved into parallel_config by vLLM-Omni (config/stage_config.py
+    # _apply_diffusion_parallel_runtime_overrides), so both places are read, the stage's first
+    degree = {field: _integer(flat[field] if flat.get(field) is not None else parallel.get(field),
+                              f"{where}: parallel_config", field) or 1
               for field in ("pipeline_parallel_size", "data_parallel_size", "cfg_parallel_size", "sequence_parallel_size",
                             "ulysses_degree", "ring_degree", "allgather_degree")}
     for field in ("pipeline_parallel_size", "data_parallel_size", "cfg_parallel_size"):
         if degree[field] > 1:
-            raise InputError(f"{where}: parallel_config {field} {parallel[field]} is not modelled (tensor and sequence "
+            raise InputError(f"{where}: parallel_config {field} {degree[field]} is not modelled (tensor and sequence "
                              "parallelism and replicas are); check cannot judge this file")
-    # DiffusionParallelConfig: sequence_parallel_size = allgather_degree, else ulysses x ring, unless given
-    derived = degree["allgather_degree"] if degree["allgather_degree"] > 1 else degree["ulysses_degree"] * degree["ring_degree"]
-    sequence_parallel = degree["sequence_parallel_size"] if parallel.get("sequence_parallel_size") else derived
+    # DiffusionParallelConfig: sequence_parallel_size = allgather_degree, else ulysses x ring
+    sequence_parallel = (degree["allgather_degree"] if degree["allgather_degree"] > 1
+                         else degree["ulysses_degree"] * degree["ring_degree"])
+    if degree["sequence_parallel_size"] not in (1, sequence_parallel):
+        raise InputError(f"{where}: parallel_config sequence_parallel_size {degree['sequence_parallel_size']} is not "
+                         f"the product of its degrees ({sequence_parallel})")
     if sequence_parallel > 1024:
         raise InputError(f"{where}: parallel_config sequence parallelism of {sequence_parallel} is more than any host has GPUs")
     tp = _integer(flat.get("tensor_parallel_size"), where, "tensor_parallel_size")

@@ -283,3 +283,25 @@ def test_minimax_h3_files_spread_the_dit_over_its_ulysses_ranks(name, model):
     dit = report.settings[1]
     assert (dit.tensor_parallel_size, dit.sequence_parallel, dit.devices) == (1, 4, (2, 3, 4, 5))
     assert "diffusion-peak-beyond-free" in {p.code for p in _check(name, "6xH100-80GB", model).errors}
+
+
+
+def test_sequence_parallelism_on_the_stage_is_read_and_must_match_its_degrees(tmp_path):
+    # vLLM-Omni moves a stage-level ulysses_degree into parallel_config; a sequence_parallel_size
+    # that is not the product of the degrees is refused
+    from omni_autoconf.configfile import read_config
+    from omni_autoconf.errors import InputError
+    from wheels import wheel_root
+
+    text = (wheel_root("0.30") / "vllm_omni" / "deploy" / "minimax_h3_disaggregated.yaml").read_text()
+    flat = tmp_path / "flat.yaml"
+    flat.write_text(text.replace("      ulysses_degree: 4\n", "", 1).replace("    parallel_config:\n",
+                                                                              "    ulysses_degree: 4\n    parallel_config:\n", 1))
+    assert read_config(str(flat)).stages[1].sequence_parallel == 4
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text.replace("      ulysses_degree: 4\n", "      ulysses_degree: 4\n      sequence_parallel_size: 2\n", 1))
+    with pytest.raises(InputError, match="not the product"):
+        read_config(str(bad))
+    # the 80 GB layout: the encoder cannot hold one 262,144-token request either
+    report = _check("minimax_h3_disaggregated.yaml", "6xH100-80GB", "minimax-h3")
+    assert ("kv-below-max-model-len", "encoder") in {(p.code, p.stage) for p in report.errors}
