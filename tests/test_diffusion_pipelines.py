@@ -242,13 +242,16 @@ def test_mammothmoda2_two_stage_files_fit_one_h200_and_not_eight_1536_requests_o
 
 
 @pytest.mark.parametrize("name, gpus, model", [
+    ("ming_flash_omni.yaml", "4xH100-80GB", "ming-flash-omni-2.0"),  # "verified ... on devices with 80GB memory"
+    ("ming_flash_omni_thinker_only.yaml", "4xH100-80GB", "ming-flash-omni-2.0-thinker-only"),
+    ("ming_flash_omni_tts.yaml", "1xH100-80GB", "ming-flash-omni-2.0-tts"),
     ("ming_image.yaml", "2xH100-80GB", "ming-image-0.1-design"),
     ("ming_flash_omni_image.yaml", "5xH100-80GB", "ming-flash-omni-2.0-image"),
     ("hunyuan_image3_ar.yaml", "4xH100-80GB", "hunyuan-image-3.0-ar"),
     ("hunyuan_image3_dit.yaml", "4xH100-80GB", "hunyuan-image-3.0-dit"),
     ("hunyuan_image_3_moe.yaml", "4xH200", "hunyuan-image-3.0"),
     ("hunyuan-image-3-mooncakeconnector.yaml", "8xH200", "hunyuan-image-3.0")])
-def test_image_pipelines_start_where_their_weights_fit(name, gpus, model):
+def test_large_pipelines_start_where_their_weights_fit(name, gpus, model):
     report = _check(name, gpus, model)
     assert report.ok, [p.message for p in report.errors]
 

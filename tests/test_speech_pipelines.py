@@ -576,15 +576,6 @@ def test_minicpmo_profiles_at_most_max_num_seqs_videos():
     assert peaks[0] < peaks[1] == peaks[2]  # 1 video, then the budget's 4
 
 
-@pytest.mark.parametrize("name, gpus, model", [
-    ("ming_flash_omni.yaml", "4xH100-80GB", "ming-flash-omni-2.0"),  # "verified ... on devices with 80GB memory"
-    ("ming_flash_omni_thinker_only.yaml", "4xH100-80GB", "ming-flash-omni-2.0-thinker-only"),
-    ("ming_flash_omni_tts.yaml", "1xH100-80GB", "ming-flash-omni-2.0-tts")])
-def test_ming_flash_omni_files_start_on_80gb_cards(name, gpus, model):
-    report = _check(name, gpus, model)
-    assert report.ok, [p.message for p in report.errors]
-
-
 def test_ming_flash_omni_thinker_counts_give_ling_flash():
     # one router a layer gives Ling-flash-2.0's 102,889,697,280 (its Hub count); Ming's MultiRouter adds two
     parts = {c.name: c.params for c in lookup_model("ming-flash-omni-2.0").stage("thinker").components}
