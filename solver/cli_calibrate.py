@@ -61,7 +61,8 @@ def _calibrate(**o) -> int:
     if unjudged is not None:  # as check, and a start-up that cannot have happened
         raise InputError(unjudged)
     settings = resolve_settings(pipeline, config, version, gpus)
-    memories = {rs.spec.name: stage_memory(rs.spec, rs.tensor_parallel_size, rs.knobs, version) for rs in settings}
+    memories = {rs.spec.name: stage_memory(rs.spec, rs.tensor_parallel_size, rs.knobs, version, rs.sequence_parallel)
+                for rs in settings}
     text = "\n".join(read_text(p) for p in o["logs"])
     parsed = parse_log(text)
     gpu = gpus[settings[0].devices[0]].name if settings and settings[0].devices else gpus[0].name

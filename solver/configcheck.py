@@ -7,7 +7,7 @@ then the start-up model (startup.py, the one the planner uses) walks the launch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from . import vllm_facts as F
 from .catalog import PipelineSpec, StageSpec
@@ -272,10 +272,8 @@ def check_config(pipeline: PipelineSpec, gpus: list[Gpu], version: OmniVersion, 
         if rs.dtype == "bfloat16" and not layout:
             problems += [CheckProblem("engine-config-invalid", rs.spec.name, d, BF16_MESSAGE.format(gpu=gpus[d].name), {})
                          for d in rs.devices if refuses_bf16(gpus[d])][:1]
-        memory = None if layout else stage_memory(rs.spec, rs.tensor_parallel_size, rs.knobs, version)
-        if memory is not None and rs.sequence_parallel > 1 and rs.tensor_parallel_size == 1:
-            # sequence-parallel ranks form NCCL groups as TP ranks do
-            memory = replace(memory, non_torch_bytes=F.NON_TORCH_BYTES_TP, nccl_bytes=F.NCCL_BYTES_PER_RANK)
+        memory = None if layout else stage_memory(rs.spec, rs.tensor_parallel_size, rs.knobs, version,
+                                                  rs.sequence_parallel)
         if memory is not None and calibration is not None and calibration.model == pipeline.name:
             memory = calibration.apply(rs.spec.name, memory, rs.tensor_parallel_size)
         steps = round(rs.gpu_memory_utilization * UTIL_RESOLUTION)

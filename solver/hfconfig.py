@@ -68,9 +68,7 @@ def _layer_params(cfg: dict, where: str) -> tuple[int, int, int, str, dict[str, 
     hidden = _int(cfg, where, "hidden_size")
     layers = _int(cfg, where, "num_hidden_layers")
     heads = _int(cfg, where, "num_attention_heads")
-    kv_heads = _int(cfg, where, "num_key_value_heads", default=heads)
-    if heads % kv_heads:  # vLLM's attention needs whole query groups
-        raise InputError(f"{where}: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}")
+    kv_heads = _kv_heads(cfg, where, heads, default=heads)
     geometry: dict[str, Any] = {"num_layers": layers, "hidden_size": hidden, "num_heads": heads,
                                 "num_kv_heads": kv_heads}
     if cfg.get("kv_lora_rank"):  # MLA
@@ -109,6 +107,23 @@ def _layer_params(cfg: dict, where: str) -> tuple[int, int, int, str, dict[str, 
     return layers * attn + mlp, replicated, geometry["mlp"], geometry
 
 
+def _kv_heads(cfg: dict, where: str, heads: int, default: int) -> int:
+    """num_key_value_heads, which must divide the attention heads (vLLM's attention needs whole query groups)."""
+    kv_heads = _int(cfg, where, "num_key_value_heads", default=default)
+    if heads % kv_heads:
+        raise InputError(f"{where}: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}")
+    return kv_heads
+
+
+def _ssm_dtype(cfg: dict, where: str, key: str, default: str | None) -> str | None:
+    """A config's SSM state dtype as the catalog's StateLayers.ssm_dtype reads it: float32, or
+    auto for a 2-byte one (the model's), or `default` when the config names none."""
+    value = cfg.get(key, default)
+    if value not in ("float32", "bfloat16", "float16") + ((None,) if default is None else ()):
+        raise InputError(f"{where}: {key} must be float32, bfloat16 or float16, not {value!r}")
+    return value if value in (None, "float32") else "auto"
+
+
 def _nemotron_h_layers(cfg: dict, where: str) -> tuple[int, int, int, str, dict[str, Any]]:
     """_layer_params for NemotronH, whose hybrid_override_pattern names each layer: M a Mamba2
     mixer, * attention, - a non-gated relu2 MLP, E an MoE of such experts with a shared one
@@ -125,16 +140,11 @@ def _nemotron_h_layers(cfg: dict, where: str) -> tuple[int, int, int, str, dict[
                          f"num_hidden_layers {cfg['num_hidden_layers']}")
     hidden, heads = _int(cfg, where, "hidden_size"), _int(cfg, where, "num_attention_heads")
     # transformers' NemotronHConfig defaults, which vLLM loads for nemotron_h (configuration_nemotron_h.py)
-    kv_heads = _int(cfg, where, "num_key_value_heads", default=8)
-    head_dim = _int(cfg, where, "head_dim", default=128)
-    if heads % kv_heads:
-        raise InputError(f"{where}: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}")
+    kv_heads, head_dim = _kv_heads(cfg, where, heads, default=8), _int(cfg, where, "head_dim", default=128)
     m_heads, m_dim = _int(cfg, where, "mamba_num_heads"), _int(cfg, where, "mamba_head_dim")
     state, groups = _int(cfg, where, "ssm_state_size"), _int(cfg, where, "n_groups")
     kernel = _int(cfg, where, "conv_kernel", least=2)
-    ssm_dtype = cfg.get("mamba_ssm_cache_dtype", "float32")
-    if ssm_dtype not in ("float32", "bfloat16", "float16"):
-        raise InputError(f"{where}: mamba_ssm_cache_dtype must be float32, bfloat16 or float16, not {ssm_dtype!r}")
+    ssm_dtype = _ssm_dtype(cfg, where, "mamba_ssm_cache_dtype", default="float32")
     count = {kind: pattern.count(kind) for kind in "M*-E"}
     if not count["*"] or not count["M"]:
         raise InputError(f"{where}: hybrid_override_pattern without both attention (*) and Mamba (M) layers is not modelled")
@@ -157,8 +167,7 @@ def _nemotron_h_layers(cfg: dict, where: str) -> tuple[int, int, int, str, dict[
     geometry["state_layers"] = {
         "layers": count["M"], "num_heads": m_heads, "head_dim": m_dim, "state_size": state, "n_groups": groups,
         "conv_kernel": kernel, "chunk_size": _int(cfg, where, "chunk_size", default=128),
-        "ssm_dtype": "float32" if ssm_dtype == "float32" else "auto",
-        "source": f"{where}: hybrid_override_pattern, mamba_* and ssm_state_size"}
+        "ssm_dtype": ssm_dtype, "source": f"{where}: hybrid_override_pattern, mamba_* and ssm_state_size"}
     return linear, replicated, geometry["mlp"], geometry
 
 
@@ -192,15 +201,11 @@ def _gated_deltanet_layers(cfg: dict, where: str) -> tuple[int, int, int, str, d
     if not 0 < full < layers:
         raise InputError(f"{where}: a Gated DeltaNet model with {full} of {layers} full-attention layers is not modelled")
     hidden, heads = _int(cfg, where, "hidden_size"), _int(cfg, where, "num_attention_heads")
-    kv_heads, head_dim = _int(cfg, where, "num_key_value_heads", default=heads), _int(cfg, where, "head_dim")
-    if heads % kv_heads:
-        raise InputError(f"{where}: num_attention_heads {heads} is not a multiple of num_key_value_heads {kv_heads}")
+    kv_heads, head_dim = _kv_heads(cfg, where, heads, default=heads), _int(cfg, where, "head_dim")
     nk, nv = _int(cfg, where, "linear_num_key_heads"), _int(cfg, where, "linear_num_value_heads")
     dk, dv = _int(cfg, where, "linear_key_head_dim"), _int(cfg, where, "linear_value_head_dim")
     kernel = _int(cfg, where, "linear_conv_kernel_dim", default=4, least=2)
-    ssm = cfg.get("mamba_ssm_dtype") if cfg.get("model_type") != "qwen3_next" else None
-    if ssm not in (None, "float32", "bfloat16", "float16"):
-        raise InputError(f"{where}: mamba_ssm_dtype must be float32, bfloat16 or float16, not {ssm!r}")
+    ssm = _ssm_dtype(cfg, where, "mamba_ssm_dtype", default=None) if cfg.get("model_type") != "qwen3_next" else None
     if nv % nk:  # vLLM's GDN repeats each key head over whole value-head groups
         raise InputError(f"{where}: linear_num_value_heads {nv} is not a multiple of linear_num_key_heads {nk}")
     linear_layers = layers - full
@@ -226,9 +231,13 @@ def _gated_deltanet_layers(cfg: dict, where: str) -> tuple[int, int, int, str, d
         geometry.update(mlp="dense", intermediate_size=dense_i)
     geometry["state_layers"] = {
         "layers": linear_layers, "num_heads": nv, "head_dim": dv, "state_size": dk, "n_groups": nk,
-        "conv_kernel": kernel, "chunk_size": 64, "ssm_dtype": "float32" if ssm == "float32" else "auto",
+        "conv_kernel": kernel, "chunk_size": 64, "ssm_dtype": ssm or "auto",
         "source": f"{where}: layer_types or full_attention_interval, linear_* geometry"}
     return linear, replicated, geometry["mlp"], geometry
+
+
+# the families whose state layers are read from config.json: model_type -> _layer_params' twin
+_STATE_LAYER_READERS = {"nemotron_h": _nemotron_h_layers, **dict.fromkeys(GDN_MODEL_TYPES, _gated_deltanet_layers)}
 
 
 def transformer_fields(cfg: dict, where: str) -> dict[str, Any]:
@@ -272,11 +281,9 @@ def one_stage_pipeline(cfg: dict, name: str, where: str = "config.json") -> dict
                                                                     "encoder", "talker", "tts")):
             raise InputError(f"{where}: a multimodal model ({key}) is not modelled as a one-stage LLM: its encoder's "
                              "profile run would be left out of the plan")
-    if cfg.get("model_type") == "nemotron_h":  # Mamba2 layers beside attention: mamba_pool.py sizes their state
-        linear, replicated, _, geometry = _nemotron_h_layers(cfg, where)
-        window = sliding = 0
-    elif cfg.get("model_type") in GDN_MODEL_TYPES:  # Gated DeltaNet layers, sized as Mamba2 state
-        linear, replicated, _, geometry = _gated_deltanet_layers(cfg, where)
+    state_reader = _STATE_LAYER_READERS.get(str(cfg.get("model_type")))
+    if state_reader is not None:  # Mamba2 or Gated DeltaNet layers beside attention: mamba_pool.py sizes their state
+        linear, replicated, _, geometry = state_reader(cfg, where)
         window = sliding = 0
     else:
         linear, replicated, _, geometry = _layer_params(cfg, where)

@@ -60,7 +60,7 @@ def _pattern(cfg: dict, default: int) -> int:
     return value
 
 
-def _cdiv(a: int, b: int) -> int:
+def cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
@@ -84,7 +84,7 @@ def sliding_layout(cfg: dict[str, Any], num_layers: int, where: str) -> tuple[in
         if sliding and len(layer_types) != num_layers:
             raise InputError(f"{where}: layer_types names {len(layer_types)} layers, num_hidden_layers {num_layers}")
         if kind == "gpt_oss":
-            sliding = _cdiv(num_layers, 2)
+            sliding = cdiv(num_layers, 2)
         if kind.startswith(("qwen2", "qwen3")) and 0 < sliding < num_layers:  # vllm 0.30.0 qwen2.py:350 asserts
             raise InputError(f"{where}: layer_types mix sliding and full layers: vLLM refuses such a "
                              f"{kind} model at start-up (max_window_layers must equal num_hidden_layers)")
@@ -149,8 +149,8 @@ class SlidingLayout:
         full = self.num_layers - self.sliding_layers
         group = group_size(full, self.sliding_layers, self.vllm)
         in_flight = F.SLIDING_WINDOW_IN_FLIGHT_BATCHES * self.max_num_batched_tokens
-        sliding_blocks = _cdiv(min(self.window - 1 + in_flight, length), block) + 1
-        per_request = _cdiv(full, group) * _cdiv(length, block) + _cdiv(self.sliding_layers, group) * sliding_blocks
+        sliding_blocks = cdiv(min(self.window - 1 + in_flight, length), block) + 1
+        per_request = cdiv(full, group) * cdiv(length, block) + cdiv(self.sliding_layers, group) * sliding_blocks
         return group * self.layer_token_bytes * block * (per_request + 1)
 
 
@@ -160,13 +160,18 @@ def hybrid_bytes_per_token(layer_token_bytes: int, num_layers: int, sliding_laye
     `sliding_layers` of `num_layers` sliding over `window` tokens; `layer_token_bytes`: one
     layer's K and V of one token on one rank."""
     layout = SlidingLayout(layer_token_bytes, num_layers, sliding_layers, window, max_num_batched_tokens, vllm)
-    return _cdiv(layout.request_bytes(max_model_len), max_model_len)
+    return effective_bytes_per_token(layout, max_model_len)
 
 
 class PoolLayout(Protocol):
     """A KV layout whose requests cost more per token when shorter (sliding windows, Mamba state)."""
 
     def request_bytes(self, length: int) -> int: ...
+
+
+def effective_bytes_per_token(layout: PoolLayout, length: int) -> int:
+    """Bytes per token of a request of `length` tokens in `layout`, its null block included."""
+    return cdiv(layout.request_bytes(length), length)
 
 
 def longest_request(kv_bytes: int, layout: PoolLayout) -> int:

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .catalog_parts import StateLayers
-from .hybrid_kv import group_size
+from .catalog_parts import DTYPE_BYTES, StateLayers
+from .hybrid_kv import cdiv, group_size
 
 # The attention block's alignment for a hybrid model: max(the backend's smallest kernel
 # block, cache_config.block_size) = max(16, 16) with FlashAttention or FlashInfer and the
@@ -34,26 +34,27 @@ KERNEL_BLOCK_ALIGNMENT = 16
 STATE_BLOCKS = {False: 1, True: 2}
 
 
-def _cdiv(a: int, b: int) -> int:
-    return -(-a // b)
+def _groups(state: StateLayers, tp: int) -> int:
+    """B and C groups a rank holds: a single group is replicated to every rank (mamba_utils.py
+    extra_groups_for_head_shards; vLLM refuses other n_groups the TP degree does not divide)."""
+    return state.n_groups if state.n_groups % tp == 0 else tp
 
 
-_ELEM = {"float32": 4, "bfloat16": 2, "float16": 2}
+def _elem(dtype: str, auto: int) -> int:
+    """Bytes of a Mamba cache dtype (MambaDType); auto: `auto`."""
+    return int(DTYPE_BYTES[dtype]) if dtype != "auto" else auto
 
 
 def state_page_bytes(state: StateLayers, tp: int, model_elem: int, dtypes: tuple[str, str] = ("auto", "auto")) -> int:
     """One Mamba2 layer's state of one sequence on one rank: the conv state of
     (d_inner + 2 x n_groups x state) / TP channels x (conv_kernel - 1) and the SSM state of
-    heads / TP x head_dim x state. A single group is replicated to every rank (mamba_utils.py
-    extra_groups_for_head_shards; vLLM refuses other n_groups the TP degree does not divide). `dtypes`: a file's mamba_cache_dtype and
+    heads / TP x head_dim x state (_groups). `dtypes`: a file's mamba_cache_dtype and
     mamba_ssm_cache_dtype; auto is the model dtype for the conv state, and for the SSM state
     the catalog's (the model's config hook), else the conv state's (mamba_utils.py _mamba_state_dtype)."""
-    groups = state.n_groups if state.n_groups % tp == 0 else tp
-    conv = (state.num_heads * state.head_dim + 2 * groups * state.state_size) // tp * (state.conv_kernel - 1)
+    conv = (state.num_heads * state.head_dim + 2 * _groups(state, tp) * state.state_size) // tp * (state.conv_kernel - 1)
     ssm = state.num_heads // tp * state.head_dim * state.state_size
-    conv_elem = _ELEM.get(dtypes[0], model_elem)
-    ssm_dtype = dtypes[1] if dtypes[1] != "auto" else state.ssm_dtype
-    return conv * conv_elem + ssm * _ELEM.get(ssm_dtype, conv_elem)
+    conv_elem = _elem(dtypes[0], model_elem)
+    return conv * conv_elem + ssm * _elem(dtypes[1] if dtypes[1] != "auto" else state.ssm_dtype, conv_elem)
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ class StatePool:
     def block_tokens(self) -> int:
         """The attention block vLLM sets: the smallest aligned page that holds one state."""
         align = KERNEL_BLOCK_ALIGNMENT
-        return align * _cdiv(self.state_bytes, align * self.attn_token_bytes)
+        return align * cdiv(self.state_bytes, align * self.attn_token_bytes)
 
     @property
     def group(self) -> int:
@@ -85,8 +86,8 @@ class StatePool:
 
     def blocks_per_request(self, length: int) -> int:
         g = self.group
-        return (_cdiv(self.attn_layers, g) * _cdiv(length, self.block_tokens)
-                + _cdiv(self.state_layers, g) * STATE_BLOCKS[self.prefix_caching])
+        return (cdiv(self.attn_layers, g) * cdiv(length, self.block_tokens)
+                + cdiv(self.state_layers, g) * STATE_BLOCKS[self.prefix_caching])
 
     def request_bytes(self, length: int) -> int:
         """Bytes of one request of `length` tokens, its null block included."""
@@ -107,7 +108,7 @@ def mamba_peak_per_token(state: StateLayers, tp: int, elem: int) -> float:
     live at once: an estimate that errs high (vllm 0.30.0 model_executor/layers/mamba/mamba_mixer2.py);
     Gated DeltaNet layers get the same formula, an estimate of their chunked kernels' temporaries."""
     inner = state.num_heads * state.head_dim
-    groups = state.n_groups if state.n_groups % tp == 0 else tp
+    groups = _groups(state, tp)
     projection = 2 * inner + 2 * groups * state.state_size + state.num_heads
     conv_out = inner + 2 * groups * state.state_size
     per_token = (projection + conv_out + 2 * inner) / tp * elem

@@ -24,7 +24,7 @@ from typing import Literal
 from . import vllm_facts as F
 from .catalog import DTYPE_BYTES, PipelineSpec, StageSpec
 from .errors import InputError
-from .hybrid_kv import PoolLayout, SlidingLayout
+from .hybrid_kv import PoolLayout, SlidingLayout, effective_bytes_per_token
 from .mamba_pool import state_pool
 from .profile import profile_terms
 from .vllm_facts import OmniVersion, in_range
@@ -171,7 +171,7 @@ def kv_bytes_per_token(stage: StageSpec, tp: int, kv_cache_dtype: KvCacheDtype =
         raise InputError(f"{stage.name}: kv_cache_dtype_skip_layers beside sliding-window or Mamba layers is not modelled")
     if layout is None:
         return full
-    hybrid = -(-layout.request_bytes(knobs.max_model_len) // knobs.max_model_len)
+    hybrid = effective_bytes_per_token(layout, knobs.max_model_len)
     return max(hybrid, full) if knobs.hybrid_kv is None else hybrid
 
 
@@ -197,8 +197,10 @@ def activation_peak(stage: StageSpec, tp: int, knobs: StageKnobs, version: OmniV
     return terms.peak, terms.persistent
 
 
-def stage_memory(stage: StageSpec, tp: int, knobs: StageKnobs, version: OmniVersion) -> StageMemory:
-    """All memory terms of `stage` at TP degree `tp`, per rank."""
+def stage_memory(stage: StageSpec, tp: int, knobs: StageKnobs, version: OmniVersion,
+                 sequence_parallel: int = 1) -> StageMemory:
+    """All memory terms of `stage` at TP degree `tp`, per rank. `sequence_parallel`: a diffusion
+    stage's sequence-parallel ranks per TP rank, which split no weight but join its NCCL groups."""
     graphs = not knobs.enforce_eager
     elem = DTYPE_BYTES[stage.dtype]
     hidden = stage.transformer.hidden_size
@@ -210,9 +212,9 @@ def stage_memory(stage: StageSpec, tp: int, knobs: StageKnobs, version: OmniVers
         weights_bytes=weights_per_rank(stage, tp, version) + deepstack,
         activation_bytes=peak,
         persistent_bytes=persistent,
-        non_torch_bytes=F.NON_TORCH_BYTES_TP if tp > 1 else F.NON_TORCH_BYTES,
+        non_torch_bytes=F.NON_TORCH_BYTES_TP if tp * sequence_parallel > 1 else F.NON_TORCH_BYTES,
         context_bytes=F.CUDA_CONTEXT_BYTES,
-        nccl_bytes=F.NCCL_BYTES_PER_RANK if tp > 1 and version.snapshot_after_nccl else 0,
+        nccl_bytes=F.NCCL_BYTES_PER_RANK if tp * sequence_parallel > 1 and version.snapshot_after_nccl else 0,
         runner_bytes=int(knobs.max_num_batched_tokens * (stage.runner_hidden_size or hidden) * elem),
         graph_reserve_bytes=F.GRAPH_RESERVE_BYTES if graphs else 0,
         kv_bytes_per_token=kv_bytes_per_token(stage, tp, knobs.kv_cache_dtype, knobs, version.vllm),

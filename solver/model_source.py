@@ -139,10 +139,8 @@ def _refuse_catalog_only(config_path: Path, reference: str) -> None:
                          f"read yet; {hint}")
 
     cfg = _json_object(config_path)  # {} when unreadable: read_local names what is wrong with the file
+    _refuse_listed(cfg, reference)
     model_type, kind = cfg.get("model_type"), cfg.get("type")
-    if isinstance(model_type, str) and model_type in _CATALOG_ONLY:
-        raise _catalog_only(reference, model_type)
-    _refuse_catalog_only_arch(cfg, reference)
     if isinstance(kind, str) and kind in _LEROBOT_TYPES and model_type is None:
         raise InputError(f"{reference}: a LeRobot {kind} policy directory is not read yet; plan it by its catalog "
                          f"name: --model {_LEROBOT_TYPES[kind]}")
@@ -158,18 +156,17 @@ def _json_object(path: Path) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-def _refuse_catalog_only_arch(cfg: dict, reference: str) -> None:
-    for arch in _names(cfg.get("architectures")):
-        if arch in _CATALOG_ONLY_ARCHS:
-            name, why = _CATALOG_ONLY_ARCHS[arch]
-            raise InputError(f"{reference}: a {arch} checkpoint is not read yet ({why}); plan it by its catalog name: "
-                             f"--model {name}")
-
-
-def _catalog_only(reference: str, model_type: str) -> InputError:
-    name, why = _CATALOG_ONLY[model_type]
-    return InputError(f"{reference}: a {model_type} directory is not read yet ({why}); plan it by its catalog name: "
-                      f"--model {name}")
+def _refuse_listed(cfg: dict, reference: str) -> None:
+    """A config whose model_type (_CATALOG_ONLY) or architecture (_CATALOG_ONLY_ARCHS) names a
+    catalog pipeline whose checkpoint is not read: its pointer, for a directory and a Hub id alike."""
+    model_type = cfg.get("model_type")
+    listed = [(f"{model_type} directory", _CATALOG_ONLY[model_type])] if isinstance(model_type, str) \
+        and model_type in _CATALOG_ONLY else []
+    listed += [(f"{arch} checkpoint", _CATALOG_ONLY_ARCHS[arch]) for arch in _names(cfg.get("architectures"))
+               if isinstance(arch, str) and arch in _CATALOG_ONLY_ARCHS]
+    if listed:
+        what, (name, why) = listed[0]
+        raise InputError(f"{reference}: a {what} is not read yet ({why}); plan it by its catalog name: --model {name}")
 
 
 def from_checkpoint(ckpt: Checkpoint, reference: str) -> ModelSource:
@@ -183,13 +180,12 @@ def from_checkpoint(ckpt: Checkpoint, reference: str) -> ModelSource:
         text, filename = catalog_text(name)
         base = load_pipeline_text(text, filename, config=cfg if lookup_model(name).config else None)
         ckpt = with_subfolders(ckpt, base.checkpoint_subfolders)
-    elif model_type in _CATALOG_ONLY:  # a Hub id's config (a directory's is refused before its shards are read)
-        raise _catalog_only(reference, model_type)
-    elif any(str(a).endswith("ForCausalLM") for a in _names(cfg.get("architectures"))) or "num_hidden_layers" in cfg:
-        _refuse_catalog_only_arch(cfg, reference)  # a Hub id's config (a directory's is refused before its shards)
-        base = pipeline_from_config(cfg, reference, where=f"{reference}/config.json")
     else:
-        raise InputError(f"{reference}: config.json model_type {model_type!r} is no pipeline this tool covers")
+        _refuse_listed(cfg, reference)  # a Hub id's config (a directory's is refused before its shards are read)
+        if not (any(str(a).endswith("ForCausalLM") for a in _names(cfg.get("architectures")))
+                or "num_hidden_layers" in cfg):
+            raise InputError(f"{reference}: config.json model_type {model_type!r} is no pipeline this tool covers")
+        base = pipeline_from_config(cfg, reference, where=f"{reference}/config.json")
     _refuse_misread_hub_id(base.name, reference)
     return exact_weights(base, ckpt, reference)
 
