@@ -4,10 +4,21 @@ prints for the "Available KV cache memory" it logged."""
 
 from __future__ import annotations
 
-import pytest
+import json
 
+import pytest
+from click.testing import CliRunner
+
+from omni_autoconf.catalog import lookup_model
 from omni_autoconf.catalog_parts import StateLayers
+from omni_autoconf.cli import main
+from omni_autoconf.errors import InputError
 from omni_autoconf.mamba_pool import StatePool, state_page_bytes, state_pool
+from omni_autoconf.memory import StageKnobs, stage_memory
+from omni_autoconf.model_source import resolve
+from omni_autoconf.vllm_facts import omni_version
+
+from test_checkpoints import write_safetensors
 
 GiB = 1 << 30
 
@@ -31,6 +42,17 @@ def _logged(pool: StatePool, gib: float, length: int, concurrency: str) -> int:
     matches = [n for n in range(low, high + 1) if f"{n / pool.blocks_per_request(length):.2f}" == concurrency]
     assert matches, (low, high)
     return matches[0]
+
+
+def _checkpoint(path, cfg: dict, tensors: dict | None = None) -> int:
+    """A model directory of `cfg` and a safetensors file of `tensors` (one small table by default)."""
+    (path / "config.json").write_text(json.dumps(cfg))
+    return write_safetensors(path / "model.safetensors", tensors or {"model.embed_tokens.weight": ("BF16", [1000, 256])})
+
+
+def _plan_exit(path) -> tuple[int, str]:
+    result = CliRunner().invoke(main, ["--gpus", "1xH100-80GB", "--model", str(path), "-q"])
+    return result.exit_code, result.output
 
 
 def _groups(pool: StatePool) -> int:
@@ -121,20 +143,12 @@ def test_the_planner_never_counts_more_requests_than_vllm():
 ])
 def test_a_hybrid_directory_is_refused_not_read_as_all_attention(tmp_path, extra):
     # read as a plain decoder, its Mamba layers would count as attention and its state as nothing
-    import json
-
-    from click.testing import CliRunner
-
-    from omni_autoconf.cli import main
-    from test_checkpoints import write_safetensors
-
     cfg = {"architectures": ["X"], "hidden_size": 256, "num_hidden_layers": 2, "num_attention_heads": 4,
            "num_key_value_heads": 2, "intermediate_size": 512, "vocab_size": 1000, "max_position_embeddings": 4096,
            "torch_dtype": "bfloat16", **extra}
-    (tmp_path / "config.json").write_text(json.dumps(cfg))
-    write_safetensors(tmp_path / "model.safetensors", {"model.embed_tokens.weight": ("BF16", [1000, 256])})
-    result = CliRunner().invoke(main, ["--gpus", "1xH100-80GB", "--model", str(tmp_path), "-q"])
-    assert result.exit_code == 2 and "Mamba or linear-attention layers" in result.output, result.output
+    _checkpoint(tmp_path, cfg)
+    code, output = _plan_exit(tmp_path)
+    assert code == 2 and "Mamba or linear-attention layers" in output, output
 
 
 NANO_30B_CONFIG = {  # Nemotron-3-Nano-30B-A3B's config.json as the Audex notes cite it (hybrid_override_pattern etc.)
@@ -148,15 +162,7 @@ NANO_30B_CONFIG = {  # Nemotron-3-Nano-30B-A3B's config.json as the Audex notes 
 
 
 def test_a_nemotron_h_directory_plans_its_mamba_state_in_the_pool(tmp_path):
-    import json
-
-    from omni_autoconf.model_source import resolve
-    from omni_autoconf.memory import StageKnobs, stage_memory
-    from omni_autoconf.vllm_facts import omni_version
-    from test_checkpoints import write_safetensors
-
-    (tmp_path / "config.json").write_text(json.dumps(NANO_30B_CONFIG))
-    stored = write_safetensors(tmp_path / "model.safetensors", {
+    stored = _checkpoint(tmp_path, NANO_30B_CONFIG, {
         "backbone.embeddings.weight": ("BF16", [131072, 2688]), "lm_head.weight": ("BF16", [131072, 2688]),
         "backbone.layers.0.mixer.in_proj.weight": ("BF16", [10304, 2688])})
     stage = resolve(str(tmp_path)).pipeline.stage("llm")
@@ -185,16 +191,8 @@ QWEN36_TEXT_CONFIG = {  # Qwen3.6-35B-A3B's text model as public test fixtures c
 
 def test_a_qwen3_6_text_directory_gives_the_logged_pool(tmp_path):
     # the directory path to the same figures as the Qwen3.6 logs above: fp8 KV, prefix caching on
-    import json
-
-    from omni_autoconf.memory import StageKnobs, stage_memory
-    from omni_autoconf.model_source import resolve
-    from omni_autoconf.vllm_facts import omni_version
-    from test_checkpoints import write_safetensors
-
     cfg = dict(QWEN36_TEXT_CONFIG, layer_types=QWEN36_TEXT_CONFIG["layer_types"] * 10)
-    (tmp_path / "config.json").write_text(json.dumps(cfg))
-    write_safetensors(tmp_path / "model.safetensors", {"model.embed_tokens.weight": ("BF16", [248320, 2048])})
+    _checkpoint(tmp_path, cfg, {"model.embed_tokens.weight": ("BF16", [248320, 2048])})
     stage = resolve(str(tmp_path)).pipeline.stage("llm")
     assert (stage.transformer.num_layers, stage.transformer.state_layers.layers) == (10, 30)
     pool = stage_memory(stage, 1, StageKnobs(65536, 1, 8192, False, "fp8"), omni_version("0.30")).kv_layout
@@ -215,40 +213,22 @@ def test_a_qwen3_6_text_directory_gives_the_logged_pool(tmp_path):
      "layer_types and no hybrid_override_pattern"),
 ])
 def test_a_bad_hybrid_config_is_one_line_exit_2(tmp_path, cfg, match):
-    import json
-
-    from click.testing import CliRunner
-
-    from omni_autoconf.cli import main
-    from test_checkpoints import write_safetensors
-
     if cfg.get("model_type") == "qwen3_5_moe_text":
         cfg = dict(cfg, layer_types=QWEN36_TEXT_CONFIG["layer_types"] * 10)
-    (tmp_path / "config.json").write_text(json.dumps(cfg))
-    write_safetensors(tmp_path / "model.safetensors", {"model.embed_tokens.weight": ("BF16", [1000, 256])})
-    result = CliRunner().invoke(main, ["--gpus", "1xH100-80GB", "--model", str(tmp_path), "-q"])
-    assert result.exit_code == 2 and match in result.output and "internal error" not in result.output, result.output
+    _checkpoint(tmp_path, cfg)
+    code, output = _plan_exit(tmp_path)
+    assert code == 2 and match in output and "internal error" not in output, output
 
 
 def test_a_nemotron_h_config_without_head_dim_takes_the_config_class_default(tmp_path):
     # vLLM loads transformers' NemotronHConfig for nemotron_h: head_dim 128, not hidden // heads (84)
-    import json
-
-    from omni_autoconf.model_source import resolve
-    from test_checkpoints import write_safetensors
-
-    (tmp_path / "config.json").write_text(json.dumps({k: v for k, v in NANO_30B_CONFIG.items() if k != "head_dim"}))
-    write_safetensors(tmp_path / "model.safetensors", {"backbone.embeddings.weight": ("BF16", [131072, 2688])})
+    _checkpoint(tmp_path, {k: v for k, v in NANO_30B_CONFIG.items() if k != "head_dim"},
+                {"backbone.embeddings.weight": ("BF16", [131072, 2688])})
     assert resolve(str(tmp_path)).pipeline.stage("llm").transformer.head_dim == 128
 
 
 def test_fp8_skip_layers_beside_a_hybrid_pool_are_refused():
     # mixed page sizes beside Mamba pages are not modelled: refused, not sized as uniform fp8
-    from omni_autoconf.catalog import lookup_model
-    from omni_autoconf.errors import InputError
-    from omni_autoconf.memory import StageKnobs, stage_memory
-    from omni_autoconf.vllm_facts import omni_version
-
     stage = lookup_model("audex-tts-30b-a3b").stage("audex_thinker")
     with pytest.raises(InputError, match="kv_cache_dtype_skip_layers"):
         stage_memory(stage, 1, StageKnobs(4096, 8, 512, False, "fp8", kv_skip_layers=1), omni_version("0.30"))
