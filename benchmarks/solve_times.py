@@ -38,10 +38,10 @@ INVENTORIES = [
 
 
 def _request(model: str, gpus: str, nodes: int | None = None, **kw):
-    from omni_autoconf.catalog import lookup_model
-    from omni_autoconf.gpus import parse_inventory
-    from omni_autoconf.planner import Request
-    from omni_autoconf.vllm_facts import omni_version
+    from omni_autoconf.inputs.catalog import lookup_model
+    from omni_autoconf.inputs.gpus import parse_inventory
+    from omni_autoconf.plan.planner import Request
+    from omni_autoconf.vllm.facts import omni_version
 
     version = omni_version("0.30")
     return Request(pipeline=lookup_model(model), gpus=tuple(parse_inventory(gpus, nodes)), version=version,
@@ -49,9 +49,9 @@ def _request(model: str, gpus: str, nodes: int | None = None, **kw):
 
 
 def scale_rows() -> list[list[str]]:
-    from omni_autoconf.catalog import model_catalog
+    from omni_autoconf.inputs.catalog import model_catalog
     from omni_autoconf.errors import NoPlanError
-    from omni_autoconf.planner import plan
+    from omni_autoconf.plan.planner import plan
 
     rows = []
     for model in sorted(model_catalog()):
@@ -72,9 +72,9 @@ def scale_rows() -> list[list[str]]:
 
 def brute_force_rows() -> list[list[str]]:
     """Small real instances (coarse fractions) that the enumerator finishes."""
-    from omni_autoconf import cpsat
-    from omni_autoconf.bruteforce import best_objective
-    from omni_autoconf.planner import build_problem
+    from omni_autoconf.opt import cpsat as cpsat
+    from omni_autoconf.opt.bruteforce import best_objective
+    from omni_autoconf.plan.planner import build_problem
 
     rows = []
     for model, gpus, replicas in [("qwen2.5-omni-3b", "2xL40S", "1"), ("qwen2.5-omni-7b", "1xH100-80GB,1xL40S", "1"),
@@ -97,8 +97,9 @@ def brute_force_rows() -> list[list[str]]:
 
 def tuning_rows() -> list[list[str]]:
     """The solver parameters of solving.py against CP-SAT's defaults, same model, same run."""
-    from omni_autoconf import cpsat, solving
-    from omni_autoconf.planner import build_problem
+    from omni_autoconf.opt import cpsat as cpsat
+    from omni_autoconf.opt import solving as solving
+    from omni_autoconf.plan.planner import build_problem
 
     rows = []
     for gpus, workers in [("8xH100-80GB", 1), ("8xH100-80GB", 2), ("16xH100-80GB", 2), ("64xH100-80GB", 2)]:
@@ -130,11 +131,11 @@ def _seconds(cmd: list[str], repeat: int = 3) -> float:
 def cli_rows() -> list[list[str]]:
     exe = [sys.executable, "-m", "omni_autoconf"]
     plan_s = _seconds([*exe, "--gpus", "2xH100-80GB", "--model", "qwen3-omni-moe", "-q"])
-    imports_s = _seconds([sys.executable, "-c", "import omni_autoconf.cli, omni_autoconf.planner, "
-                          "omni_autoconf.render, ortools.sat.python.cp_model"])
+    imports_s = _seconds([sys.executable, "-c", "import omni_autoconf.cli.main, omni_autoconf.plan.planner, "
+                          "omni_autoconf.emit.render, ortools.sat.python.cp_model"])
     python_s = _seconds([sys.executable, "-c", "pass"])
     help_s = _seconds([*exe, "--help"])
-    loaded = subprocess.run([sys.executable, "-c", "import sys\nfrom omni_autoconf.cli import main\n"
+    loaded = subprocess.run([sys.executable, "-c", "import sys\nfrom omni_autoconf.cli.main import main\n"
                              "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
                              "print('ortools' in sys.modules)"], capture_output=True, text=True).stdout.split()[-1]
     return [["plan, 2xH100-80GB (end to end)", f"{plan_s:.2f}",

@@ -7,11 +7,11 @@ and paste the table into the README (tests/test_examples.py checks that it is cu
 
 from __future__ import annotations
 
-from omni_autoconf.catalog import lookup_model
-from omni_autoconf.gpus import parse_gpus
-from omni_autoconf.evaluation import Placement, evaluate
-from omni_autoconf.planner import Request, plan
-from omni_autoconf.vllm_facts import GiB, omni_version
+from omni_autoconf.inputs.catalog import lookup_model
+from omni_autoconf.inputs.gpus import parse_gpus
+from omni_autoconf.plan.evaluation import Placement, evaluate
+from omni_autoconf.plan.planner import Request, plan
+from omni_autoconf.vllm.facts import GiB, omni_version
 
 # vllm-omni 0.30 deploy/qwen3_omni_moe.yaml ("verified on 2x H100"): stage 0 on cuda:0
 # at 0.9, stages 1 and 2 on cuda:1 at 0.6 and 0.1, TP 1 throughout.

@@ -39,7 +39,7 @@ EXAMPLES = [
 
 
 def render(args: list[str]) -> str:
-    from omni_autoconf.cli import main
+    from omni_autoconf.cli.main import main
 
     result = CliRunner().invoke(main, [*args, "-q"])
     if result.exit_code != 0:
@@ -75,7 +75,7 @@ def main() -> None:
 
 def accuracy_table() -> str:
     """`omni-autoconf bench accuracy tests/data/accuracy.jsonl`, as the README shows it."""
-    from omni_autoconf.cli import main as cli
+    from omni_autoconf.cli.main import main as cli
 
     data = HERE.parent / "tests" / "data" / "accuracy.jsonl"
     result = CliRunner().invoke(cli, ["bench", "accuracy", str(data)], terminal_width=200)
@@ -89,7 +89,7 @@ def sync_readme() -> None:
 
     from click.testing import CliRunner
 
-    from omni_autoconf.cli import main as cli
+    from omni_autoconf.cli.main import main as cli
 
     path = HERE.parent / "README.md"
     text = path.read_text()
@@ -107,7 +107,7 @@ def sync_readme() -> None:
 
 def help_text() -> str:
     """`omni-autoconf --help` and `omni-autoconf check --help`, as the README shows them."""
-    from omni_autoconf.cli import main
+    from omni_autoconf.cli.main import main
 
     runner = CliRunner()
     return "\n".join(runner.invoke(main, [*cmd, "--help"], terminal_width=88, prog_name="omni-autoconf").stdout for cmd in ([], ["check"]))

@@ -1,5 +1,5 @@
 """`python -m omni_autoconf` runs the command line."""
 
-from .entry import run
+from .cli.entry import run
 
 run()

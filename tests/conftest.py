@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from omni_autoconf.catalog import lookup_model
-from omni_autoconf.gpus import parse_gpus
-from omni_autoconf.planner import Request
-from omni_autoconf.vllm_facts import omni_version
+from omni_autoconf.inputs.catalog import lookup_model
+from omni_autoconf.inputs.gpus import parse_gpus
+from omni_autoconf.plan.planner import Request
+from omni_autoconf.vllm.facts import omni_version
 
 
 def make_request(model: str, gpus: str, version: str = "0.30", **kw) -> Request:

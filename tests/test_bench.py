@@ -7,8 +7,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from omni_autoconf.bench import read_entries, run
-from omni_autoconf.cli import main
+from omni_autoconf.memory.accuracy import read_entries, run
+from omni_autoconf.cli.main import main
 
 DATA = Path(__file__).parent / "data" / "accuracy.jsonl"
 

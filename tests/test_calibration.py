@@ -8,9 +8,9 @@ from pathlib import Path
 import yaml
 from click.testing import CliRunner
 
-from omni_autoconf.cli import main
-from omni_autoconf.configfile import read_config
-from omni_autoconf.logparse import parse_log
+from omni_autoconf.cli.main import main
+from omni_autoconf.inputs.configfile import read_config
+from omni_autoconf.inputs.logparse import parse_log
 
 DATA = Path(__file__).parent / "data"
 LOG = DATA / "qwen3-omni-startup.log"
@@ -162,10 +162,10 @@ def test_calibrating_a_log_of_another_model_is_refused(tmp_path):
 
 
 def test_a_calibration_applies_in_full_only_at_its_tp(tmp_path):
-    from omni_autoconf.calibration import load
-    from omni_autoconf.memory import resolve_knobs, stage_memory
-    from omni_autoconf.catalog import lookup_model
-    from omni_autoconf.vllm_facts import omni_version
+    from omni_autoconf.memory.calibration import load
+    from omni_autoconf.memory.stage_memory import resolve_knobs, stage_memory
+    from omni_autoconf.inputs.catalog import lookup_model
+    from omni_autoconf.vllm.facts import omni_version
 
     cal = load(str(_edited(tmp_path, calibrate(tmp_path),
                            lambda d: d["stages"]["thinker"].update(activation_delta_bytes=-2 * 2 ** 30))))

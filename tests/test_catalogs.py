@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from omni_autoconf.catalog import load_pipeline_text, model_catalog
+from omni_autoconf.inputs.catalog import load_pipeline_text, model_catalog
 from omni_autoconf.errors import CatalogError, InputError
-from omni_autoconf.gpus import gpu_catalog, lookup_gpu, parse_gpus
-from omni_autoconf.vllm_facts import GiB
+from omni_autoconf.inputs.gpus import gpu_catalog, lookup_gpu, parse_gpus
+from omni_autoconf.vllm.facts import GiB
 
 REQUIRED_GPUS = [
     "H100-80GB", "H200", "H20", "H800", "A100-40GB", "A100-80GB", "A800-80GB",

@@ -10,13 +10,13 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from omni_autoconf.catalog import lookup_model
-from omni_autoconf.cli import main
-from omni_autoconf.configfile import read_config
+from omni_autoconf.inputs.catalog import lookup_model
+from omni_autoconf.cli.main import main
+from omni_autoconf.inputs.configfile import read_config
 from omni_autoconf.errors import InputError
-from omni_autoconf.gpus import parse_gpus
-from omni_autoconf.configcheck import check_config
-from omni_autoconf.vllm_facts import omni_version
+from omni_autoconf.inputs.gpus import parse_gpus
+from omni_autoconf.plan.check import check_config
+from omni_autoconf.vllm.facts import omni_version
 
 DATA = Path(__file__).parent / "data"
 BUNDLED = DATA / "qwen3_omni_moe.deploy-0.30.yaml"

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from omni_autoconf.catalog import lookup_model
-from omni_autoconf.cli import main
-from omni_autoconf.memory import kv_bytes_per_token
-from omni_autoconf.model_source import resolve
+from omni_autoconf.inputs.catalog import lookup_model
+from omni_autoconf.cli.main import main
+from omni_autoconf.memory.stage_memory import kv_bytes_per_token
+from omni_autoconf.inputs.model_source import resolve
 
 ELEMENT = {"BF16": 2, "F32": 4, "F8_E4M3": 1, "I32": 4}
 
@@ -202,7 +202,7 @@ def test_a_broken_directory_names_the_file(tmp_path, break_it, needle):
 
 def test_a_hub_id_offline_says_to_pass_a_directory(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr("omni_autoconf.checkpoint.CACHE_DIR", tmp_path)
+    monkeypatch.setattr("omni_autoconf.inputs.checkpoint.CACHE_DIR", tmp_path)
     result = CliRunner().invoke(main, ["--gpus", "1xH100-80GB", "--model", "some-org/some-model"])
     assert result.exit_code == 2 and "pass a local model directory" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
@@ -217,7 +217,7 @@ def test_an_unreachable_hub_is_one_line_in_seconds(tmp_path, monkeypatch):
         port = probe.getsockname()[1]
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
-    monkeypatch.setattr("omni_autoconf.checkpoint.CACHE_DIR", tmp_path)
+    monkeypatch.setattr("omni_autoconf.inputs.checkpoint.CACHE_DIR", tmp_path)
     t0 = time.perf_counter()
     result = CliRunner().invoke(main, ["--gpus", "1xH100-80GB", "--model", "some-org/some-model"])
     assert time.perf_counter() - t0 < 10
@@ -228,7 +228,7 @@ def test_an_unreachable_hub_is_one_line_in_seconds(tmp_path, monkeypatch):
 def _cached_llama_hub_entry(tmp_path, monkeypatch, repo: str) -> list:
     """An offline Hub cache holding the tiny Llama's config and headers under `repo`."""
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr("omni_autoconf.checkpoint.CACHE_DIR", tmp_path)
+    monkeypatch.setattr("omni_autoconf.inputs.checkpoint.CACHE_DIR", tmp_path)
     tensors = [[name, dtype, ELEMENT[dtype] * __import__("math").prod(shape)] for name, (dtype, shape) in llama_tensors().items()]
     (tmp_path / "hub").mkdir()
     (tmp_path / "hub" / f"{repo.replace('/', '--')}.json").write_text(json.dumps({"config": LLAMA, "tensors": tensors}))

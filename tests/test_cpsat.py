@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from omni_autoconf import cpsat
-from omni_autoconf.bruteforce import best_objective
-from omni_autoconf.gpus import Gpu
-from omni_autoconf.memory import StageMemory
-from omni_autoconf.problem import Problem, StageProblem, TpOption
-from omni_autoconf.vllm_facts import GiB
+from omni_autoconf.opt import cpsat as cpsat
+from omni_autoconf.opt.bruteforce import best_objective
+from omni_autoconf.inputs.gpus import Gpu
+from omni_autoconf.memory.stage_memory import StageMemory
+from omni_autoconf.opt.problem import Problem, StageProblem, TpOption
+from omni_autoconf.vllm.facts import GiB
 
 
 def mem(weights_gib: float, kv_per_token: int, outside_gib: float = 0.5, act_gib: float = 0.5) -> StageMemory:

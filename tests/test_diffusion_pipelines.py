@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from omni_autoconf.catalog import lookup_model
-from omni_autoconf.vllm_facts import GiB, omni_version
+from omni_autoconf.inputs.catalog import lookup_model
+from omni_autoconf.vllm.facts import GiB, omni_version
 
 from wheels import check_bundled as _check
 
@@ -56,7 +56,7 @@ def test_wan22_counts_give_the_published_sizes():
 
 
 def test_wan22s_peak_grows_with_the_requests_it_batches():
-    from omni_autoconf.memory import StageKnobs, stage_memory
+    from omni_autoconf.memory.stage_memory import StageKnobs, stage_memory
 
     dit = lookup_model("wan2.2-ti2v-5b").stage("dit")
     peaks = [stage_memory(dit, 1, StageKnobs(0, seqs, 32768, True), omni_version("0.30")).activation_bytes
@@ -73,7 +73,7 @@ def test_the_bundled_wan22_file_starts_on_one_a100_80gb():
 def test_a_diffusers_directory_points_to_the_catalog_entry_of_its_class(tmp_path):
     from click.testing import CliRunner
 
-    from omni_autoconf.cli import main
+    from omni_autoconf.cli.main import main
 
     (tmp_path / "model_index.json").write_text('{"_class_name": "WanPipeline"}')
     result = CliRunner().invoke(main, ["--gpus", "1xA100-80GB", "--model", str(tmp_path), "-q"])
@@ -86,7 +86,7 @@ def test_a_diffusers_directory_points_to_the_catalog_entry_of_its_class(tmp_path
 def test_glm_image_reproduces_its_logged_kv_and_dit_weights():
     """"Available KV cache memory: 25.0 GiB", "GPU KV cache size: 655,360 tokens" (util 0.6) and
     the dit's "Model loading took 14.0673 GiB" (https://github.com/vllm-project/vllm-omni/issues/3382)."""
-    from omni_autoconf.memory import StageKnobs, stage_memory
+    from omni_autoconf.memory.stage_memory import StageKnobs, stage_memory
 
     report = _check("glm_image.yaml", "2xH100-80GB", "glm-image")
     assert report.ok and not report.problems, [p.message for p in report.problems]
@@ -104,7 +104,7 @@ def test_cosmos3_nano_holds_what_its_default_video_request_was_measured_to_reser
     report = _check("cosmos3_omni.yaml", "1xH100-80GB", "cosmos3-nano")
     assert report.ok and not report.problems, [p.message for p in report.problems]
     assert report.stages[0].run.knobs.max_num_seqs == 1  # a diffusion stage's own default, not vLLM's 1024
-    from omni_autoconf.memory import StageKnobs, stage_memory
+    from omni_autoconf.memory.stage_memory import StageKnobs, stage_memory
 
     memory = stage_memory(lookup_model("cosmos3-nano").stage("diffusion"), 1, StageKnobs(0, 1, 32768, False),
                           omni_version("0.30"))
@@ -145,7 +145,7 @@ def test_auk_counts_give_the_published_resident_figures_and_its_file_starts_on_o
     auk = lookup_model("auk")
     encoder = sum(c.params for c in auk.stage("encoder").components)
     assert round(2 * encoder / 1e9, 1) == 8.1
-    from omni_autoconf.memory import StageKnobs, stage_memory
+    from omni_autoconf.memory.stage_memory import StageKnobs, stage_memory
 
     dit = stage_memory(auk.stage("dit"), 1, StageKnobs(0, 1, 32768, True), omni_version("0.30")).weights_bytes
     assert round(dit / GiB, 1) == 3.4
@@ -174,7 +174,7 @@ def test_lingbot_world_fits_the_h200_its_recipe_runs_and_not_one_80gb_card_at_tp
 def test_diffusion_checkpoint_directories_point_to_their_catalog_entry(tmp_path, files, name):
     from click.testing import CliRunner
 
-    from omni_autoconf.cli import main
+    from omni_autoconf.cli.main import main
 
     for filename, text in files.items():
         (tmp_path / filename).write_text(text)
@@ -188,7 +188,7 @@ def test_hunyuanvideo_15_holds_its_measured_reserve_and_counts_the_published_dit
     stage = lookup_model("hunyuanvideo-1.5-480p-t2v").stage("dit")
     parts = {c.name: c.params for c in stage.components}
     assert round((parts["dit_blocks_sharded"] + parts["dit_replicated"]) / 1e9, 1) == 8.3  # "8.3 billion"
-    from omni_autoconf.memory import StageKnobs, stage_memory
+    from omni_autoconf.memory.stage_memory import StageKnobs, stage_memory
 
     memory = stage_memory(stage, 1, StageKnobs(0, 1, 32768, True), omni_version("0.30"))
     assert memory.weights_bytes + memory.activation_bytes >= 78.54 * GiB
@@ -203,7 +203,7 @@ def test_hunyuanvideo_15_holds_its_measured_reserve_and_counts_the_published_dit
 def test_a_hostile_model_index_json_is_refused_in_one_line(tmp_path, text):
     from click.testing import CliRunner
 
-    from omni_autoconf.cli import main
+    from omni_autoconf.cli.main import main
 
     (tmp_path / "model_index.json").write_text(text)
     result = CliRunner().invoke(main, ["--gpus", "1xL4", "--model", str(tmp_path), "-q"])
@@ -216,8 +216,8 @@ def test_mammothmoda2_ar_kv_and_dit_peaks_hold_the_recipes_measurements():
     # https://github.com/vllm-project/vllm-omni/pull/7774 (vLLM-Omni 0.30, an RTX PRO 6000, 1536x1536):
     # whole-device peaks less the AR's 0.5 of 97,887 MiB, two contexts and the DiT's weights leave
     # 12,001 MiB beyond the weights for one request and 31,313 MiB for four batched
-    from omni_autoconf.memory import StageKnobs, stage_memory
-    from omni_autoconf.vllm_facts import MiB, omni_version
+    from omni_autoconf.memory.stage_memory import StageKnobs, stage_memory
+    from omni_autoconf.vllm.facts import MiB, omni_version
 
     dit = lookup_model("mammothmoda2-preview").stage("dit")
     v = omni_version("0.30")
@@ -266,7 +266,7 @@ def test_hunyuan_image3_dit_tp_is_read_from_parallel_config_and_tp2_does_not_loa
 
 
 def test_parallel_degrees_beyond_tensor_parallelism_are_refused():
-    from omni_autoconf.configfile import read_config
+    from omni_autoconf.inputs.configfile import read_config
     from omni_autoconf.errors import InputError
     from wheels import wheel_root
 
@@ -292,7 +292,7 @@ def test_minimax_h3_files_spread_the_dit_over_its_ulysses_ranks(name, model):
 def test_sequence_parallelism_on_the_stage_is_read_and_must_match_its_degrees(tmp_path):
     # vLLM-Omni moves a stage-level ulysses_degree into parallel_config; a sequence_parallel_size
     # that is not the product of the degrees is refused
-    from omni_autoconf.configfile import read_config
+    from omni_autoconf.inputs.configfile import read_config
     from omni_autoconf.errors import InputError
     from wheels import wheel_root
 

@@ -48,7 +48,7 @@ def test_readme_no_plan_sample_is_current():
 
     from click.testing import CliRunner
 
-    from omni_autoconf.cli import main
+    from omni_autoconf.cli.main import main
 
     text = (ROOT / "README.md").read_text()
     m = re.search(r"```text\n\$ (omni-autoconf [^\n]+)\n(.*?)```", text, re.S)

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from omni_autoconf.cli import main
+from omni_autoconf.cli.main import main
 
 QWEN3 = ["--model", "qwen3-omni-moe"]
 OTHERS = '{stage_id: 1, devices: "1", gpu_memory_utilization: 0.3}, {stage_id: 2, devices: "1", gpu_memory_utilization: 0.1}'
@@ -125,7 +125,7 @@ def test_a_kv_cache_dtype_vllm_refuses_is_reported(tmp_path):
 
 
 def test_the_string_false_is_read_as_vllm_reads_it(tmp_path):
-    from omni_autoconf.configfile import read_config
+    from omni_autoconf.inputs.configfile import read_config
 
     path = tmp_path / "eager.yaml"
     path.write_text(f'stages: [{{stage_id: 0, devices: "0", enforce_eager: "false"}}, {OTHERS}]\n')
@@ -255,7 +255,7 @@ def test_a_ctrl_c_during_the_write_waits_for_it_and_says_the_file_is_whole(tmp_p
     out.write_text("the user's file\n")
     script = (
         "import os, signal\n"
-        "from omni_autoconf import interrupts, output_files\n"
+        "from omni_autoconf.cli import interrupts, output_files\n"
         "interrupts.install()\n"
         "real = os.replace\n"
         "def replace(a, b):\n"
@@ -365,8 +365,8 @@ def test_a_time_limited_plan_says_how_to_reproduce_it():
     import dataclasses
 
     from conftest import make_request
-    from omni_autoconf.planner import plan
-    from omni_autoconf.render import render_deploy
+    from omni_autoconf.plan.planner import plan
+    from omni_autoconf.emit.render import render_deploy
 
     proven = plan(make_request("qwen3-omni-moe", "2xH100-80GB", time_limit_s=20, workers=3))
     assert proven.status == "optimal" and "may stop at another plan" not in render_deploy(proven)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from omni_autoconf.hybrid_kv import hybrid_bytes_per_token
-from omni_autoconf.vllm_facts import GiB
+from omni_autoconf.memory.hybrid_kv import hybrid_bytes_per_token
+from omni_autoconf.vllm.facts import GiB
 
 
 def _vllm_concurrency(available: int, layer: int, full: int, sliding: int, window: int, length: int, batch: int):
@@ -76,7 +76,7 @@ def test_before_vllm_018_groups_are_made_with_the_125_rule():
 
 
 def test_the_longest_request_is_searched_as_vllm_searches_it():
-    from omni_autoconf.hybrid_kv import SlidingLayout, longest_request
+    from omni_autoconf.memory.hybrid_kv import SlidingLayout, longest_request
 
     layer = 2 * 16 * 128 * 2
     layout = SlidingLayout(layer, 62, 52, 1024, 8192, (0, 30))

@@ -9,14 +9,14 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from omni_autoconf.catalog import lookup_model
-from omni_autoconf.catalog_parts import StateLayers
-from omni_autoconf.cli import main
+from omni_autoconf.inputs.catalog import lookup_model
+from omni_autoconf.inputs.catalog_parts import StateLayers
+from omni_autoconf.cli.main import main
 from omni_autoconf.errors import InputError
-from omni_autoconf.mamba_pool import StatePool, state_page_bytes, state_pool
-from omni_autoconf.memory import StageKnobs, stage_memory
-from omni_autoconf.model_source import resolve
-from omni_autoconf.vllm_facts import omni_version
+from omni_autoconf.memory.mamba_pool import StatePool, state_page_bytes, state_pool
+from omni_autoconf.memory.stage_memory import StageKnobs, stage_memory
+from omni_autoconf.inputs.model_source import resolve
+from omni_autoconf.vllm.facts import omni_version
 
 from test_checkpoints import write_safetensors
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from omni_autoconf.catalog import StageSpec, lookup_model
-from omni_autoconf.memory import (
+from omni_autoconf.inputs.catalog import StageSpec, lookup_model
+from omni_autoconf.memory.stage_memory import (
     StageKnobs,
     activation_peak,
     kv_bytes_per_token,
@@ -15,7 +15,7 @@ from omni_autoconf.memory import (
     stage_memory,
     weights_per_rank,
 )
-from omni_autoconf.vllm_facts import GiB, omni_version
+from omni_autoconf.vllm.facts import GiB, omni_version
 
 QWEN3 = lookup_model("qwen3-omni-moe")
 
@@ -179,7 +179,7 @@ def test_gqa_formula_matches_qwen3_14b_logged_cache():
 def test_qwen3_omni_thinker_profile_terms_from_the_code():
     """The dummy video: 10 frames sized for max_pixels 12,845,056, resized by the HF
     processor to 864x864 (786,432-pixel frame limit): grid (5, 54, 54) = 14,580 patches."""
-    from omni_autoconf.profile import dummy_video_patches, profile_terms, smart_resize
+    from omni_autoconf.memory.profile_run import dummy_video_patches, profile_terms, smart_resize
 
     thinker = stage("thinker")
     assert smart_resize(3584, 3584, 32, 131072, 786432) == (864, 864)
@@ -197,7 +197,7 @@ def test_qwen3_omni_thinker_profile_terms_from_the_code():
 def test_deepstack_buffers_are_loaded_with_the_weights():
     knobs = StageKnobs(65536, 64, 32768, False)
     m = stage_memory(stage("thinker"), 2, knobs, omni_version("0.30"))
-    from omni_autoconf.memory import weights_per_rank
+    from omni_autoconf.memory.stage_memory import weights_per_rank
 
     assert m.weights_bytes - weights_per_rank(stage("thinker"), 2, omni_version("0.30")) == 3 * 32768 * 2048 * 2
 

@@ -15,13 +15,13 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from omni_autoconf.catalog import lookup_model
-from omni_autoconf.cli import main
-from omni_autoconf.gpus import local_index, parse_inventory
-from omni_autoconf.multihost import commands, crosses_hosts, edges, file_name, head_of, layouts
-from omni_autoconf.planner import Request, plan
-from omni_autoconf.render import render_deploy
-from omni_autoconf.vllm_facts import omni_version
+from omni_autoconf.inputs.catalog import lookup_model
+from omni_autoconf.cli.main import main
+from omni_autoconf.inputs.gpus import local_index, parse_inventory
+from omni_autoconf.emit.multihost import commands, crosses_hosts, edges, file_name, head_of, layouts
+from omni_autoconf.plan.planner import Request, plan
+from omni_autoconf.emit.render import render_deploy
+from omni_autoconf.vllm.facts import omni_version
 
 from test_replicas import _layout_check, _splitter
 from wheels import load_stage_config, source
@@ -62,7 +62,7 @@ def test_a_tp_group_never_spans_hosts():
 
 def test_identical_hosts_are_used_in_order():
     """Relabelling identical hosts gives no new plan: the first holds at least what the next does."""
-    from omni_autoconf.patterns import patterns as _patterns
+    from omni_autoconf.opt.patterns import patterns as _patterns
 
     result = multi("4xH100-80GB", nodes=3)
     patterns = _patterns(len(result.stages))
@@ -294,7 +294,7 @@ def test_a_model_name_with_a_line_break_is_refused_and_headers_stay_one_line(tmp
     weird.mkdir()
     result = run("--nodes", "2", "--gpus", "4xH100-80GB", "--model", weird, "-o", tmp_path / "plan")
     assert result.exit_code == 2 and "line-break character" in result.stderr
-    from omni_autoconf.render import comment_text
+    from omni_autoconf.emit.render import comment_text
 
     assert comment_text("x\ny\u2028z\x85") == "x\\ny\\u2028z\\x85"
 

@@ -7,10 +7,10 @@ from types import SimpleNamespace
 import pytest
 from click.testing import CliRunner
 
-from omni_autoconf.cli import main
+from omni_autoconf.cli.main import main
 from omni_autoconf.errors import NvmlUnavailable
-from omni_autoconf.gpus import lookup_gpu
-from omni_autoconf.nvml import NVML_TO_CUDA_RESERVE_BYTES, read_local_gpus
+from omni_autoconf.inputs.gpus import lookup_gpu
+from omni_autoconf.inputs.nvml import NVML_TO_CUDA_RESERVE_BYTES, read_local_gpus
 
 
 class FakeNvml:

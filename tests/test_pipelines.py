@@ -8,11 +8,11 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from omni_autoconf.catalog import load_pipeline_text, lookup_model
-from omni_autoconf.cli import main
+from omni_autoconf.inputs.catalog import load_pipeline_text, lookup_model
+from omni_autoconf.cli.main import main
 from omni_autoconf.errors import CatalogError
-from omni_autoconf.memory import StageKnobs, stage_memory
-from omni_autoconf.vllm_facts import GiB, omni_version
+from omni_autoconf.memory.stage_memory import StageKnobs, stage_memory
+from omni_autoconf.vllm.facts import GiB, omni_version
 
 
 def _run(*args):
@@ -126,9 +126,9 @@ def test_a_bad_extends_names_the_file_and_the_reason(text, needle):
 
 
 def _check(path, gpus, model="bagel-7b-mot"):
-    from omni_autoconf.configcheck import check_config
-    from omni_autoconf.configfile import read_config
-    from omni_autoconf.gpus import parse_gpus
+    from omni_autoconf.plan.check import check_config
+    from omni_autoconf.inputs.configfile import read_config
+    from omni_autoconf.inputs.gpus import parse_gpus
 
     return check_config(lookup_model(model), parse_gpus(gpus), omni_version("0.30"), read_config(str(path)))
 
@@ -178,9 +178,9 @@ def test_the_dit_loads_before_the_thinker_and_takes_its_peak_once_all_are_up(tmp
 
 
 def test_a_diffusion_stage_without_a_fraction_is_refused_by_parallel_init_admission(tmp_path):
-    from omni_autoconf.configcheck import check_config
-    from omni_autoconf.configfile import read_config
-    from omni_autoconf.gpus import parse_gpus
+    from omni_autoconf.plan.check import check_config
+    from omni_autoconf.inputs.configfile import read_config
+    from omni_autoconf.inputs.gpus import parse_gpus
 
     path = tmp_path / "bagel.yaml"
     path.write_text(BAGEL % "1")
@@ -265,9 +265,9 @@ def test_check_of_a_deploy_file_on_a_version_without_deploy_files_is_a_predicted
 
 
 def _check_at(path, gpus, model, version):
-    from omni_autoconf.configcheck import check_config
-    from omni_autoconf.configfile import read_config
-    from omni_autoconf.gpus import parse_gpus
+    from omni_autoconf.plan.check import check_config
+    from omni_autoconf.inputs.configfile import read_config
+    from omni_autoconf.inputs.gpus import parse_gpus
 
     return check_config(lookup_model(model), parse_gpus(gpus), omni_version(version), read_config(str(path)))
 
@@ -485,9 +485,9 @@ def test_a_mistral_format_directory_is_refused_in_one_line(tmp_path):
 
 def _on_48gb_cards(path, count):
     """vLLM-Omni's GLM-TTS recipe ran on 48 GB cards of 49,140 MiB (not in the GPU catalog)."""
-    from omni_autoconf.configcheck import check_config
-    from omni_autoconf.configfile import read_config
-    from omni_autoconf.gpus import Gpu
+    from omni_autoconf.plan.check import check_config
+    from omni_autoconf.inputs.configfile import read_config
+    from omni_autoconf.inputs.gpus import Gpu
 
     gpus = [Gpu(index=i, name="RTX4090-48GB", total_bytes=49_140 * 2**20) for i in range(count)]
     return check_config(lookup_model("glm-tts"), gpus, omni_version("0.30"), read_config(str(path)))
@@ -511,8 +511,8 @@ def test_glm_tts_holds_no_less_than_its_measured_peaks_front_end_included(tmp_pa
     assert gpu1.used_bytes < 0.25 * gpu1.gpu.total_bytes  # stage 1 holds its use, not its inert 0.25
     # the front-end is on GPU 0 only: take it away and GPU 0 holds that much less, GPU 1 the same
     bare = lookup_model("glm-tts").model_copy(update={"frontend_gpu_bytes": 0})
-    from omni_autoconf.configcheck import check_config
-    from omni_autoconf.configfile import read_config
+    from omni_autoconf.plan.check import check_config
+    from omni_autoconf.inputs.configfile import read_config
 
     without = check_config(bare, [g.gpu for g in two.startup.gpus], omni_version("0.30"), read_config(str(split)))
     assert gpu0.used_bytes - without.startup.gpus[0].used_bytes == lookup_model("glm-tts").frontend_gpu_bytes
@@ -593,8 +593,8 @@ def test_over_several_hosts_the_front_end_is_kept_on_each_hosts_first_gpu():
 
     from dataclasses import replace
 
-    from omni_autoconf.gpus import parse_gpus
-    from omni_autoconf.planner import build_problem
+    from omni_autoconf.inputs.gpus import parse_gpus
+    from omni_autoconf.plan.planner import build_problem
 
     from conftest import make_request
 

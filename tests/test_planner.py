@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from omni_autoconf import vllm_facts as F
+from omni_autoconf.vllm import facts as F
 from omni_autoconf.errors import InputError, NoPlanError
-from omni_autoconf.evaluation import Placement, evaluate, recheck
-from omni_autoconf.planner import plan
-from omni_autoconf.vllm_facts import GiB
+from omni_autoconf.plan.evaluation import Placement, evaluate, recheck
+from omni_autoconf.plan.planner import plan
+from omni_autoconf.vllm.facts import GiB
 
 from conftest import make_request
 

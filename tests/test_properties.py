@@ -16,18 +16,18 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from omni_autoconf import cpsat
-from omni_autoconf.bruteforce import best_objective
-from omni_autoconf.cli import main
-from omni_autoconf.configcheck import check_config
-from omni_autoconf.configfile import read_config
+from omni_autoconf.opt import cpsat as cpsat
+from omni_autoconf.opt.bruteforce import best_objective
+from omni_autoconf.cli.main import main
+from omni_autoconf.plan.check import check_config
+from omni_autoconf.inputs.configfile import read_config
 from omni_autoconf.errors import InputError, NoPlanError
-from omni_autoconf.gpus import Gpu
-from omni_autoconf.evaluation import recheck
-from omni_autoconf.planner import plan
-from omni_autoconf.problem import Problem
-from omni_autoconf.render import RENDERERS
-from omni_autoconf.vllm_facts import GiB
+from omni_autoconf.inputs.gpus import Gpu
+from omni_autoconf.plan.evaluation import recheck
+from omni_autoconf.plan.planner import plan
+from omni_autoconf.opt.problem import Problem
+from omni_autoconf.emit.render import RENDERERS
+from omni_autoconf.vllm.facts import GiB
 
 from conftest import make_request
 from test_cpsat import gen_stage, kv_stage

@@ -8,9 +8,9 @@ import json
 import pytest
 import yaml
 
-from omni_autoconf.planner import plan
-from omni_autoconf.render import render_deploy, render_stage_args
-from omni_autoconf.summary import plan_dict, render_json
+from omni_autoconf.plan.planner import plan
+from omni_autoconf.emit.render import render_deploy, render_stage_args
+from omni_autoconf.emit.summary import plan_dict, render_json
 
 from conftest import make_request
 

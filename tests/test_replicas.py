@@ -10,14 +10,14 @@ import logging
 import pytest
 import yaml
 
-from omni_autoconf.cli import main
-from omni_autoconf.configcheck import split_replicas
-from omni_autoconf.configfile import read_config
-from omni_autoconf.configcheck import check_config
-from omni_autoconf.planner import plan
-from omni_autoconf.render import RENDERERS, render_deploy
-from omni_autoconf.summary import render_json
-from omni_autoconf.vllm_facts import omni_version
+from omni_autoconf.cli.main import main
+from omni_autoconf.plan.check import split_replicas
+from omni_autoconf.inputs.configfile import read_config
+from omni_autoconf.plan.check import check_config
+from omni_autoconf.plan.planner import plan
+from omni_autoconf.emit.render import RENDERERS, render_deploy
+from omni_autoconf.emit.summary import render_json
+from omni_autoconf.vllm.facts import omni_version
 
 from conftest import make_request
 from wheels import load_stage_config, source

@@ -13,13 +13,13 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from omni_autoconf.cli import main
-from omni_autoconf.configcheck import check_config
-from omni_autoconf.configfile import read_config
+from omni_autoconf.cli.main import main
+from omni_autoconf.plan.check import check_config
+from omni_autoconf.inputs.configfile import read_config
 from omni_autoconf.errors import InputError, NoPlanError
-from omni_autoconf.planner import plan
-from omni_autoconf.render import RENDERERS
-from omni_autoconf.vllm_facts import MiB
+from omni_autoconf.plan.planner import plan
+from omni_autoconf.emit.render import RENDERERS
+from omni_autoconf.vllm.facts import MiB
 
 from conftest import make_request
 

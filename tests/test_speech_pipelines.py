@@ -9,10 +9,10 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from omni_autoconf.catalog import lookup_model
-from omni_autoconf.cli import main
-from omni_autoconf.memory import StageKnobs, stage_memory
-from omni_autoconf.vllm_facts import GiB, omni_version
+from omni_autoconf.inputs.catalog import lookup_model
+from omni_autoconf.cli.main import main
+from omni_autoconf.memory.stage_memory import StageKnobs, stage_memory
+from omni_autoconf.vllm.facts import GiB, omni_version
 
 from test_checkpoints import write_safetensors
 from wheels import check_bundled as _check
@@ -79,7 +79,7 @@ def test_the_audio8_sibling_of_another_geometry_is_refused_in_one_line(tmp_path)
 def test_indextts_2_5_reproduces_its_logged_start_up_from_below():
     """The bundled indextts2_5.yaml on one 143,771 MiB GPU: "3.57 GiB weights ... a 52.0 GiB configured
     KV-cache allocation" (https://github.com/vllm-project/vllm-omni/pull/5957)."""
-    from omni_autoconf.gpus import Gpu
+    from omni_autoconf.inputs.gpus import Gpu
 
     report = _check("indextts2_5.yaml", [Gpu(0, "H200", 143_771 * 2**20)], "indextts-2.5")
     assert report.ok and not report.problems, [p.message for p in report.problems]
@@ -95,7 +95,7 @@ def test_indextts_2_5_reproduces_its_logged_start_up_from_below():
                                          ("indextts-2.5", "indextts2_5.yaml")])
 @pytest.mark.parametrize("gpus", ["1xL4", "1xH100-80GB"])  # CI's card (tests/e2e test_indextts2.py) and the recipe's
 def test_the_bundled_indextts_files_start_on_the_cards_they_are_run_on(model, name, gpus):
-    from omni_autoconf.gpus import parse_gpus
+    from omni_autoconf.inputs.gpus import parse_gpus
 
     report = _check(name, parse_gpus(gpus), model)
     assert report.ok, [p.message for p in report.errors]
@@ -111,7 +111,7 @@ def test_an_indextts_directory_points_to_the_catalog(tmp_path):
 
 @pytest.mark.parametrize("hub_id, name", [("IndexTeam/IndexTTS-2", "indextts-2"), ("indexteam/indextts-2.5", "indextts-2.5")])
 def test_the_hub_id_of_an_unread_checkpoint_points_to_the_catalog_without_the_network(hub_id, name, monkeypatch):
-    import omni_autoconf.model_source as source
+    import omni_autoconf.inputs.model_source as source
 
     monkeypatch.setattr(source, "read_hub", lambda *a, **k: pytest.fail("the network was asked"))
     result = _run("--gpus", "1xL4", "--model", hub_id, "-q")
@@ -129,12 +129,12 @@ def test_higgs_v2_counts_its_backbone_and_audio_adapter_as_published():
 
 def test_the_bundled_higgs_v2_file_starts_on_the_h100_it_was_run_on_with_the_clone_encoder_on_gpu_0():
     """https://github.com/vllm-project/vllm-omni/pull/3762 ran the bundled file on one H100 80GB."""
-    from omni_autoconf.gpus import parse_gpus
+    from omni_autoconf.inputs.gpus import parse_gpus
 
     report = _check("higgs_audio_v2.yaml", parse_gpus("1xH100-80GB"), "higgs-audio-v2")
     assert report.ok and not report.problems, [p.message for p in report.problems]
-    from omni_autoconf.configcheck import check_config
-    from omni_autoconf.configfile import read_config
+    from omni_autoconf.plan.check import check_config
+    from omni_autoconf.inputs.configfile import read_config
 
     from wheels import wheel_root
 
@@ -171,7 +171,7 @@ def test_cosyvoice3_counts_give_its_fp32_pickles_sizes():
 
 
 def test_the_bundled_cosyvoice3_file_starts_on_the_h100_it_is_tuned_for():
-    from omni_autoconf.gpus import parse_gpus
+    from omni_autoconf.inputs.gpus import parse_gpus
 
     report = _check("cosyvoice3.yaml", parse_gpus("1xH100-80GB"), "cosyvoice3-0.5b")
     assert report.ok and not report.problems, [p.message for p in report.problems]
@@ -202,7 +202,7 @@ def test_moss_tts_fits_one_80gb_card_at_0_6_and_not_at_0_85(name, starts):
     """moss_tts_80gb.yaml: "both stages initialize on one H100/H800 80GB"; the default 0.85 file
     did not (https://github.com/vllm-project/vllm-omni/issues/4643), and online its API process
     adds the reference encoder on the codec's GPU."""
-    from omni_autoconf.gpus import parse_gpus
+    from omni_autoconf.inputs.gpus import parse_gpus
 
     report = _check(name, parse_gpus("1xH100-80GB"), "moss-tts")
     if starts:
@@ -233,7 +233,7 @@ def test_omnivoice_counts_give_its_fp32_files():
 
 
 def test_the_bundled_omnivoice_file_starts_on_a_24gb_card_and_is_held_at_its_peak():
-    from omni_autoconf.gpus import parse_gpus
+    from omni_autoconf.inputs.gpus import parse_gpus
 
     report = _check("omnivoice.yaml", parse_gpus("1xL4"), "omnivoice")
     assert report.ok and not report.problems, [p.message for p in report.problems]
@@ -267,7 +267,7 @@ def test_minimax_music3_counts_give_the_measured_backbone_and_the_repacked_files
 
 
 def test_minimax_music3_plans_two_kv_rows_per_song_by_default():
-    from omni_autoconf.planner import build_problem
+    from omni_autoconf.plan.planner import build_problem
 
     from conftest import make_request
 
@@ -283,7 +283,7 @@ def test_minimax_music3_plans_two_kv_rows_per_song_by_default():
 
 @pytest.mark.parametrize("name, gpus", [("minimax_music3.yaml", "1xH200"), ("minimax_music3_2gpu.yaml", "2xH200")])
 def test_the_bundled_minimax_music3_files_start_on_140gb_cards(name, gpus):
-    from omni_autoconf.gpus import parse_gpus
+    from omni_autoconf.inputs.gpus import parse_gpus
 
     report = _check(name, parse_gpus(gpus), "minimax-music3")
     assert report.ok and not report.problems, [p.message for p in report.problems]
@@ -300,7 +300,7 @@ def test_personaplex_counts_give_its_bf16_checkpoint():
 
 @pytest.mark.parametrize("gpus", ["1xH100-80GB", "1xA100-80GB"])
 def test_the_bundled_personaplex_file_holds_its_ten_requests_on_an_80gb_card(gpus):
-    from omni_autoconf.gpus import parse_gpus
+    from omni_autoconf.inputs.gpus import parse_gpus
 
     report = _check("personaplex.yaml", parse_gpus(gpus), "personaplex-7b")
     assert report.ok and not report.problems, [p.message for p in report.problems]
@@ -324,7 +324,7 @@ def test_moss_tts_realtime_counts_give_its_model_cards_backbone_and_local_transf
 
 
 def test_the_bundled_moss_tts_realtime_file_starts_on_one_80gb_card():
-    from omni_autoconf.gpus import parse_gpus
+    from omni_autoconf.inputs.gpus import parse_gpus
 
     report = _check("moss_tts_realtime.yaml", parse_gpus("1xH100-80GB"), "moss-tts-realtime")
     assert report.ok and not report.problems, [p.message for p in report.problems]
@@ -332,7 +332,7 @@ def test_the_bundled_moss_tts_realtime_file_starts_on_one_80gb_card():
 
 def test_ming_tts_moe_counts_give_lings_16_8b_and_its_file_fits_the_h20_it_names():
     """ming_tts_moe.yaml: "~31GB bf16 + the tiny audio VAE fit one 80GB+ GPU ... fits 97GB H20"."""
-    from omni_autoconf.gpus import parse_gpus
+    from omni_autoconf.inputs.gpus import parse_gpus
 
     llm = {c.name: c.params for c in lookup_model("ming-tts-16.8b-a3b").stage("llm").components}
     backbone = llm["moe_layers"] + llm["routers_and_norms"] + llm["embeddings"]
@@ -344,16 +344,16 @@ def test_ming_tts_moe_counts_give_lings_16_8b_and_its_file_fits_the_h20_it_names
 
 @pytest.mark.parametrize("gpus", ["1xL4", "1xH100-80GB"])
 def test_the_bundled_dense_ming_tts_file_starts_on_one_gpu(gpus):
-    from omni_autoconf.gpus import parse_gpus
+    from omni_autoconf.inputs.gpus import parse_gpus
 
     report = _check("ming_tts.yaml", parse_gpus(gpus), "ming-tts-0.5b")
     assert report.ok and not report.problems, [p.message for p in report.problems]
 
 
 def test_minimax_music3s_rows_come_in_pairs_in_the_plan_and_in_check(tmp_path):
-    from omni_autoconf.configcheck import check_config
-    from omni_autoconf.configfile import read_config
-    from omni_autoconf.gpus import parse_gpus
+    from omni_autoconf.plan.check import check_config
+    from omni_autoconf.inputs.configfile import read_config
+    from omni_autoconf.inputs.gpus import parse_gpus
 
     from wheels import wheel_root
 
@@ -377,7 +377,7 @@ def test_minimax_music3s_rows_come_in_pairs_in_the_plan_and_in_check(tmp_path):
 
 
 def test_indextts_2s_plan_keeps_each_prefill_in_one_step_and_check_warns_on_the_bundled_512():
-    from omni_autoconf.gpus import parse_gpus
+    from omni_autoconf.inputs.gpus import parse_gpus
     import yaml
 
     report = _check("indextts2.yaml", parse_gpus("1xL4"), "indextts-2")
@@ -390,7 +390,7 @@ def test_indextts_2s_plan_keeps_each_prefill_in_one_step_and_check_warns_on_the_
 def test_moss_tts_local_counts_give_its_files_and_its_h200_file_starts_with_the_pinned_kv():
     """"9.11 GB F16 GGUF, 438 tensors" for the talker, 2,123,701,248 codec parameters, and
     moss_tts_local_h200.yaml: "both stages on one H200", KV pinned at 32 GiB."""
-    from omni_autoconf.gpus import parse_gpus
+    from omni_autoconf.inputs.gpus import parse_gpus
 
     pipeline = lookup_model("moss-tts-local-1.5")
     talker = sum(c.params for c in pipeline.stage("moss_tts_local").components if c.in_checkpoint)
@@ -415,7 +415,7 @@ def test_a_moss_tts_local_directory_reads_the_talker_from_its_headers(tmp_path):
                                   "higgs_multimodal_qwen3_low_latency.yaml"])
 def test_the_bundled_higgs_v3_files_start_on_the_h100_of_the_recipes_reference_run(name):
     """"Reference run: 1x H100 80 GB — Stage 0 ~60% GPU memory, Stage 1 ~25%"."""
-    from omni_autoconf.gpus import parse_gpus
+    from omni_autoconf.inputs.gpus import parse_gpus
 
     talker = lookup_model("higgs-audio-v3-4b").stage("higgs_audio_v3")
     assert round(sum(c.params for c in talker.components) / 1e9, 2) == 4.43  # the head planned untied
@@ -495,11 +495,11 @@ def test_breeze_counts_give_the_public_component_sizes():
 def test_a_files_mamba_cache_dtypes_size_the_state_it_names(tmp_path):
     # vllm 0.30.0 config/cache.py: mamba_ssm_cache_dtype overrides the model's hook; the bf16 state
     # halves the SSM page, so the block vLLM sets is 1072 tokens, not 2096; mode "all" is not modelled
-    from omni_autoconf.catalog import lookup_model
-    from omni_autoconf.configcheck import check_config
-    from omni_autoconf.configfile import read_config
+    from omni_autoconf.inputs.catalog import lookup_model
+    from omni_autoconf.plan.check import check_config
+    from omni_autoconf.inputs.configfile import read_config
     from omni_autoconf.errors import InputError
-    from omni_autoconf.gpus import parse_gpus
+    from omni_autoconf.inputs.gpus import parse_gpus
     from wheels import wheel_root
 
     text = (wheel_root("0.30") / "vllm_omni" / "deploy" / "audex_tts_30b.yaml").read_text()

@@ -11,13 +11,13 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from omni_autoconf import cpsat
-from omni_autoconf.catalog import CatalogError, load_pipeline_text
-from omni_autoconf.cli import main
+from omni_autoconf.opt import cpsat as cpsat
+from omni_autoconf.inputs.catalog import CatalogError, load_pipeline_text
+from omni_autoconf.cli.main import main
 from omni_autoconf.errors import InputError, NoPlanError
-from omni_autoconf.evaluation import recheck
-from omni_autoconf.planner import plan
-from omni_autoconf.render import render_deploy, render_stage_args, with_planned
+from omni_autoconf.plan.evaluation import recheck
+from omni_autoconf.plan.planner import plan
+from omni_autoconf.emit.render import render_deploy, render_stage_args, with_planned
 
 from conftest import make_request
 
@@ -91,7 +91,7 @@ def test_identical_gpus_are_used_in_canonical_order():
 
 
 def test_an_internal_error_is_one_line_with_exit_2(monkeypatch):
-    import omni_autoconf.planner as planner
+    import omni_autoconf.plan.planner as planner
 
     def broken(*a, **k):
         raise RuntimeError("boom")
@@ -179,8 +179,8 @@ def test_default_plan_runs_only_tested_tp_degrees():
 
 
 def test_every_tp_degree_planned_by_default_cites_evidence():
-    from omni_autoconf.catalog import model_catalog
-    from omni_autoconf.vllm_facts import OMNI_VERSIONS
+    from omni_autoconf.inputs.catalog import model_catalog
+    from omni_autoconf.vllm.facts import OMNI_VERSIONS
 
     for pipeline in model_catalog().values():
         for st in pipeline.stages:

@@ -8,12 +8,12 @@ import re
 
 import pytest
 
-from omni_autoconf.catalog import lookup_model
-from omni_autoconf.configcheck import check_config
-from omni_autoconf.configfile import read_config
-from omni_autoconf.gpus import parse_gpus
-from omni_autoconf.planner import plan
-from omni_autoconf.vllm_facts import omni_version
+from omni_autoconf.inputs.catalog import lookup_model
+from omni_autoconf.plan.check import check_config
+from omni_autoconf.inputs.configfile import read_config
+from omni_autoconf.inputs.gpus import parse_gpus
+from omni_autoconf.plan.planner import plan
+from omni_autoconf.vllm.facts import omni_version
 
 from conftest import make_request
 from wheels import wheel_root

@@ -10,10 +10,10 @@ import dataclasses
 import pytest
 import yaml
 
-from omni_autoconf.catalog import model_catalog
+from omni_autoconf.inputs.catalog import model_catalog
 from omni_autoconf.errors import InputError
-from omni_autoconf.planner import plan
-from omni_autoconf.render import ensure_renderable, render_deploy, render_stage_args
+from omni_autoconf.plan.planner import plan
+from omni_autoconf.emit.render import ensure_renderable, render_deploy, render_stage_args
 
 from conftest import make_request
 from wheels import load_stage_config, source

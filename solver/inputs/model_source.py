@@ -1,0 +1,308 @@
+"""`--model`: a catalog name, a local Hugging Face model directory, or a Hub id.
+
+For a checkpoint the pipeline definition (the catalog entry matched by config.json's
+`model_type`, or a one-stage decoder LLM) supplies the stage wiring, and the checkpoint
+every number it has: the decoder geometry from config.json, and each stage's weights
+exactly, as the sum of its tensors' stored sizes in the safetensors headers (quantized
+tensors and their scales at their stored size). Tensors are assigned to stages by the
+catalog's name prefixes (`thinker.`, `talker.`, `code2wav.`, ...); within a stage, norms
+and MoE routers are replicated on every TP rank, a catalog component with a tensor
+prefix (an encoder) keeps the catalog's sharding, and the rest is split.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import InputError
+from .catalog import (
+    DTYPE_BYTES,
+    PipelineSpec,
+    catalog_text,
+    load_pipeline_text,
+    lookup_model,
+    model_catalog,
+    pipeline_from_config,
+)
+from .checkpoint import (
+    Checkpoint,
+    looks_like_hub_id,
+    read_hub,
+    read_local,
+    with_subfolders,
+)
+from .hfconfig import optional_mapping
+from .yamlio import parse_json, read_text
+
+# safetensors dtype -> bytes per element (https://huggingface.co/docs/safetensors)
+_ELEMENT = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "BF16": 2, "F16": 2, "I16": 2, "U16": 2,
+            "F8_E4M3": 1, "F8_E5M2": 1, "I8": 1, "U8": 1, "BOOL": 1}
+_REPLICATED = re.compile(r"(norm|\.gate\.weight$|router)")
+# catalog model for a config.json model_type (Qwen2.5-Omni picks its size by the thinker's width;
+# Qwen3-Omni without audio output is the thinker alone, as vLLM-Omni resolves it: 0.30.0 wheel,
+# vllm_omni/model_executor/models/qwen3_omni/pipeline.py resolve_qwen3_omni_pipeline)
+_OMNI = {"qwen3_omni_moe": lambda cfg: "qwen3-omni-moe" if cfg.get("enable_audio_output", True)
+         else "qwen3-omni-moe-thinking",
+         "qwen3_tts": lambda cfg: "qwen3-tts-0.6b" if optional_mapping(cfg, "talker_config", "config.json").get("hidden_size") == 1024
+         else "qwen3-tts-1.7b",
+         "step_audio_2": lambda cfg: "step-audio-2-mini",
+         "fish_qwen3_omni": lambda cfg: "fish-s2-pro",
+         "higgs_audio_v2": lambda cfg: "higgs-audio-v2",
+         "omnivoice": lambda cfg: "omnivoice",
+         # MOSS-TTS only: TTSD, SoundEffect and VoiceGenerator share the model_type with other geometry
+         "moss_tts_delay": lambda cfg: "moss-tts" if cfg.get("n_vq") == 32 and optional_mapping(
+             cfg, "language_config", "config.json").get("num_hidden_layers") == 36 else None,
+         "moss_tts_realtime": lambda cfg: "moss-tts-realtime",
+         "moss_tts_local": lambda cfg: "moss-tts-local-1.5",
+         # the 0.1B Audio8 sibling shares the model_type but is a Falcon-H1 hybrid that 0.30 does not serve
+         # (https://github.com/vllm-project/vllm-omni/pull/6593): None refuses it
+         "arktts": lambda cfg: "audio8-tts-0.6b" if (cfg.get("dim"), cfg.get("n_layer")) == (896, 24) else None,
+         "qwen2_5_omni": lambda cfg: "qwen2.5-omni-3b" if _thinker_hidden(cfg) == 2048 else "qwen2.5-omni-7b"}
+
+
+# catalog pipelines whose checkpoint directories are not read yet, and why
+_CATALOG_ONLY = {
+    "bagel": ("bagel-7b-mot", "its VAE sits in ae.safetensors beside its shards, and both stages load one prefix"),
+    "moss_tts_nano": ("moss-tts-nano", "its weights sit in more than one folder"),
+    "glm_tts": ("glm-tts", "its weights sit in more than one folder"),
+    "minimax_music3": ("minimax-music3", "its root holds no shards: all five parts sit in subfolders"),
+    "auk": ("auk", "an upstream tool assembles it; the stages read their own files"),
+    "Gr00tN1d7": ("gr00t-n1.7-3b", "its backbone's layout comes from another repository's config"),
+    "higgs_multimodal_qwen3": ("higgs-audio-v3-4b", "its codec is bundled in the talker's shards, only its decoder loaded"),
+    "covo_audio": ("covo-audio-chat", "its code2wav reads its own files beside the LM's"),
+    # Audex's repo-root manifest (vllm_omni 0.30.0 model_executor/models/audex/checkpoint.py)
+    "nemotron_labs_audex": ("audex-tts-2b", "each stage reads its own subfolder; audex-s2s-2b, audex-thinker-only-2b "
+                            "and their -30b-a3b siblings are its other pipelines and size"),
+}
+# pipelines matched by architecture where model_type names a plain LLM (vllm_omni 0.30.0
+# model_executor/models/mimo_audio/pipeline.py hf_architectures: model_type qwen2)
+_CATALOG_ONLY_ARCHS = {
+    "MiMoAudioModel": ("mimo-audio-7b", "its audio tokenizer is another checkpoint, which an environment variable names"),
+    "MiMoV2ASRForCausalLM": ("mimo-audio-7b", "vLLM-Omni serves it as the MiMo-Audio pipeline, whose audio tokenizer "
+                             "an environment variable names"),
+}
+# LeRobot policy configs name their kind in `type`, not model_type (vllm_omni 0.30.0 diffusion/data.py:1726-1735)
+_LEROBOT_TYPES = {"pi0": "pi0", "pi05": "pi05"}
+# a diffusers model_index.json class a catalog pipeline's diffusion stage runs, where its model_arch names the
+# AR stage's class (vllm_omni 0.30.0 model_executor/models/glm_image/pipeline.py diffusers_class_name)
+_DIFFUSERS_CLASSES = {"GlmImagePipeline": "glm-image"}
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    pipeline: PipelineSpec
+    reference: str  # what --model said (reproduces the run)
+    notes: tuple[str, ...] = ()
+
+
+def _thinker_hidden(cfg: dict) -> int | None:
+    thinker = optional_mapping(cfg, "thinker_config", "config.json")
+    return (optional_mapping(thinker, "text_config", "config.json thinker_config") or thinker).get("hidden_size")
+
+
+def resolve(text: str) -> ModelSource:
+    """The pipeline a --model value names."""
+    key = text.strip()
+    if any(not ch.isprintable() for ch in key):  # it goes into file headers and launch.sh
+        raise InputError(f"--model {key!r}: the name holds a control or line-break character")
+    if key.lower().replace("_", "-") in model_catalog():
+        return ModelSource(lookup_model(key), lookup_model(key).name)
+    if Path(key).exists():
+        _refuse_catalog_only(Path(key) / "config.json", key)
+        return from_checkpoint(read_local(key), key)
+    if looks_like_hub_id(key):
+        _refuse_unread_hub_id(key)
+        return from_checkpoint(read_hub(key), key)
+    known = ", ".join(sorted(model_catalog()))
+    raise InputError(f"unknown model {text!r}: not a catalog model ({known}), a model directory, or a Hub id ORG/NAME")
+
+
+# a file in a directory that names a catalog pipeline its config.json does not: Gepard's
+# config.json says qwen3_5_text (vllm_omni 0.30.0 wheel, deploy/gepard.yaml); IndexTTS-2 keeps
+# its weights in PyTorch pickles beside a config.yaml (vllm_omni 0.30.0 wheel,
+# model_executor/models/indextts2/indextts2_talker.py reads gpt.pth, the decoder s2mel.pth), and
+# CosyVoice3 and PersonaPlex beside an empty config.json (model_executor/models/cosyvoice3/cosyvoice3.py reads
+# llm.pt; model_executor/models/personaplex/duplex/stage0.py reads the voice prompts in voices.tgz)
+_SIDECARS = {"gepard_config.json": ("gepard-1.0", "its config.json alone reads as a plain LLM"),
+             "s2mel.pth": ("indextts-2 (indextts-2.5 for an IndexTTS-2.5 checkpoint)",
+                           "its weights are PyTorch pickles, not safetensors"),
+             "cosyvoice3.yaml": ("cosyvoice3-0.5b", "its weights are PyTorch pickles and its config.json is empty"),
+             "voices.tgz": ("personaplex-7b", "its config.json is empty: vLLM-Omni's config defaults give every number")}
+
+
+def _refuse_catalog_only(config_path: Path, reference: str) -> None:
+    """A directory of a pipeline whose checkpoint layout is not read: its pointer before
+    any shard is looked for (GLM-TTS keeps its shards in llm/)."""
+    for sidecar, (name, why) in _SIDECARS.items():
+        if (config_path.parent / sidecar).is_file():
+            raise InputError(f"{reference}: its {sidecar} makes it a {name.split()[0]} checkpoint, whose directory is "
+                             f"not read yet ({why}); plan it by its catalog name: --model {name}")
+    index = config_path.parent / "model_index.json"
+    if index.is_file() and not config_path.is_file():  # a diffusers pipeline: its class names the catalog entry
+        cls = _json_object(index).get("_class_name")
+        names = sorted(n for n, spec in model_catalog().items()
+                       if cls and (spec.model_arch == cls or _DIFFUSERS_CLASSES.get(cls) == n))
+        # one class serves several checkpoints (Wan2.2's TI2V-5B and T2V-A14B are both WanPipeline)
+        runs = ", ".join(f"{n} ({model_catalog()[n].hf_id})" for n in names)
+        hint = (f"the catalog runs that class for {runs}: if this is one of those checkpoints, plan it by its catalog "
+                f"name: --model {names[0]}") if names else "no catalog pipeline runs it"
+        raise InputError(f"{reference}: a diffusers pipeline directory (model_index.json, _class_name {cls!r}) is not "
+                         f"read yet; {hint}")
+
+    cfg = _json_object(config_path)  # {} when unreadable: read_local names what is wrong with the file
+    _refuse_listed(cfg, reference)
+    model_type, kind = cfg.get("model_type"), cfg.get("type")
+    if isinstance(kind, str) and kind in _LEROBOT_TYPES and model_type is None:
+        raise InputError(f"{reference}: a LeRobot {kind} policy directory is not read yet; plan it by its catalog "
+                         f"name: --model {_LEROBOT_TYPES[kind]}")
+
+
+def _json_object(path: Path) -> dict:
+    """A small JSON object file's content, or {} (missing, too large, not JSON, not an object):
+    bounded like every file this tool reads (yamlio.read_text, parse_json)."""
+    try:
+        value = parse_json(read_text(path), str(path)) if path.is_file() else {}
+    except InputError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _refuse_listed(cfg: dict, reference: str) -> None:
+    """A config whose model_type (_CATALOG_ONLY) or architecture (_CATALOG_ONLY_ARCHS) names a
+    catalog pipeline whose checkpoint is not read: its pointer, for a directory and a Hub id alike."""
+    model_type = cfg.get("model_type")
+    listed = [(f"{model_type} directory", _CATALOG_ONLY[model_type])] if isinstance(model_type, str) \
+        and model_type in _CATALOG_ONLY else []
+    listed += [(f"{arch} checkpoint", _CATALOG_ONLY_ARCHS[arch]) for arch in _names(cfg.get("architectures"))
+               if isinstance(arch, str) and arch in _CATALOG_ONLY_ARCHS]
+    if listed:
+        what, (name, why) = listed[0]
+        raise InputError(f"{reference}: a {what} is not read yet ({why}); plan it by its catalog name: --model {name}")
+
+
+def from_checkpoint(ckpt: Checkpoint, reference: str) -> ModelSource:
+    cfg = ckpt.config
+    model_type = str(cfg.get("model_type", ""))
+    if model_type in _OMNI:
+        name = _OMNI[model_type](cfg)
+        if name is None:
+            raise InputError(f"{reference}: config.json model_type {model_type!r}, but not the geometry of the "
+                             "checkpoint vLLM-Omni serves for it (see the README's covered pipelines)")
+        text, filename = catalog_text(name)
+        base = load_pipeline_text(text, filename, config=cfg if lookup_model(name).config else None)
+        ckpt = with_subfolders(ckpt, base.checkpoint_subfolders)
+    else:
+        _refuse_listed(cfg, reference)  # a Hub id's config (a directory's is refused before its shards are read)
+        if not (any(str(a).endswith("ForCausalLM") for a in _names(cfg.get("architectures")))
+                or "num_hidden_layers" in cfg):
+            raise InputError(f"{reference}: config.json model_type {model_type!r} is no pipeline this tool covers")
+        base = pipeline_from_config(cfg, reference, where=f"{reference}/config.json")
+    _refuse_misread_hub_id(base.name, reference)
+    return exact_weights(base, ckpt, reference)
+
+
+def _catalog_names_of(hub_id: str) -> list[str]:
+    """The catalog entries whose checkpoint is this Hub id (case as the Hub ignores it)."""
+    return sorted(name for name, spec in model_catalog().items() if spec.hf_id.lower() == hub_id.lower())
+
+
+def _refuse_unread_hub_id(reference: str) -> None:
+    """The Hub id of a catalog pipeline whose checkpoint is not read (no checkpoint_prefixes:
+    pickles, Mistral params.json, weights in subfolders): its pointer, before any network call."""
+    names = [name for name in _catalog_names_of(reference) if not model_catalog()[name].checkpoint_prefixes]
+    if names:
+        raise InputError(f"{reference}: the checkpoint of {', '.join(names)}, whose files are not read yet; plan it "
+                         f"by its catalog name: --model {names[0]}")
+
+
+def _refuse_misread_hub_id(read_as: str, reference: str) -> None:
+    """A Hub id that is a catalog pipeline's checkpoint must read as that pipeline (Gepard's
+    config.json alone reads as a plain Qwen3.5 LLM)."""
+    if Path(reference).exists():
+        return
+    names = _catalog_names_of(reference)
+    if names and read_as not in names:
+        raise InputError(f"{reference}: is the checkpoint of {', '.join(names)}, but its config.json reads as "
+                         f"{read_as}; plan it by its catalog name: --model {names[0]}")
+
+
+def _names(value) -> list:
+    """config.json `architectures` when it is a list (hfconfig says what else is wrong)."""
+    return value if isinstance(value, list) else []
+
+
+def exact_weights(pipeline: PipelineSpec, ckpt: Checkpoint, reference: str) -> ModelSource:
+    """The pipeline with every stage's components replaced by its checkpoint tensors."""
+    notes: list[str] = []
+    prefixes = pipeline.checkpoint_prefixes or {pipeline.stages[0].name: [""]}
+    stages = []
+    claimed_total = 0
+    for st in pipeline.stages:
+        own = prefixes.get(st.name)
+        if own is None:
+            raise InputError(f"{pipeline.name}: the catalog names no checkpoint prefix for stage {st.name}")
+        if not own:  # its weights are no safetensors (token2wav's .pt and .onnx files)
+            notes.append(f"{st.name}: its weights are not in safetensors files: planned at the catalog's estimate")
+            stages.append(st)
+            continue
+        tensors = ckpt.with_prefix(*own)
+        if not ckpt.with_prefix(own[0]):  # its own weights, not only the blocks it also loads
+            raise InputError(f"{reference}: no tensor starts with {own[0]} (stage {st.name})")
+        claimed_total += sum(t.nbytes for t in tensors)
+        components, cast = _components(st, tensors, ckpt)
+        if cast:
+            notes.append(f"{st.name}: weights stored in {cast} are loaded as {st.dtype}: planned at the loaded size")
+        stages.append(st.model_copy(update={"components": components}))
+    if claimed_total < ckpt.total_bytes:
+        notes.append(f"{(ckpt.total_bytes - claimed_total) / 2**30:.2f} GiB of tensors belong to no planned stage")
+    spec = pipeline.model_copy(update={"stages": stages, "hf_id": reference})
+    return ModelSource(PipelineSpec.model_validate(spec.model_dump()), reference, tuple(notes))
+
+
+def _components(st, tensors, ckpt: Checkpoint):
+    """(components, stored dtype when the stage casts at load)."""
+    from .catalog import Component
+
+    load_elem = {"float32": 4}.get(st.dtype)
+    cast = None
+    groups: dict[str, tuple[Component | None, int]] = {}
+    prefixed = [c for c in st.components if c.tensor_prefix]
+    for t in tensors:
+        elem = _ELEMENT.get(t.dtype)
+        if elem is None:
+            raise InputError(f"{ckpt.source}: tensor {t.name} has dtype {t.dtype}, which safetensors does not define")
+        size = t.nbytes
+        owner = next((c for c in prefixed if t.name.startswith(c.tensor_prefix)), None)
+        if load_elem and elem in (2,) and t.dtype in ("BF16", "F16"):
+            size = t.nbytes // elem * load_elem
+            cast = t.dtype
+        elif owner is not None and owner.cast_at_load and t.dtype in ("F32", "BF16", "F16"):
+            loaded = int(DTYPE_BYTES[owner.dtype or st.dtype])
+            if loaded != elem:
+                size = t.nbytes // elem * loaded
+                cast = t.dtype
+        key = owner.name if owner else ("norms_and_routers" if _REPLICATED.search(t.name) else "linear")
+        prev = groups.get(key, (owner, 0))
+        groups[key] = (owner, prev[1] + size)
+    out = []
+    for key, (owner, nbytes) in sorted(groups.items()):
+        base = {"name": key, "params": max(1, nbytes), "dtype": "bytes",
+                "source": f"{ckpt.source}: stored tensor sizes from the safetensors headers"}
+        if owner is not None:
+            base.update(sharding=owner.sharding, split_versions=owner.split_versions, split_divides=owner.split_divides,
+                        only_if=owner.only_if, tensor_prefix=owner.tensor_prefix, cast_at_load=owner.cast_at_load)
+        else:
+            base["sharding"] = "replicated" if key == "norms_and_routers" else "tp"
+        out.append(Component.model_validate(base))
+    # memory built at load, not read from the checkpoint (buffers, graph tensors): kept as it is
+    out += [c for c in st.components if not c.in_checkpoint]
+    # components of other stages' tensors this stage also loads (the talker built the thinker's encoders)
+    for c in st.components:
+        if c.tensor_prefix and c.only_if and c.name not in groups:
+            nbytes = ckpt.bytes_with_prefix(c.tensor_prefix)
+            if nbytes:
+                out.append(c.model_copy(update={"params": nbytes, "dtype": "bytes",
+                                                "source": f"{ckpt.source}: tensors under {c.tensor_prefix}"}))
+    return out, cast

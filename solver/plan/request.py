@@ -1,0 +1,137 @@
+"""The request a plan answers, resolved: the pipeline spec, the GPU list, the version and every
+option as the planner reads it; and the command line that re-creates it (written into every
+plan's header and into each proven fix)."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+
+from .. import defaults as D
+from ..inputs.catalog import PipelineSpec
+from ..inputs.gpus import Gpu, node_names
+from ..memory.stage_memory import KvCacheDtype
+from ..startup.admission import margin_bytes
+from ..vllm.facts import GiB, OmniVersion
+
+
+@dataclass(frozen=True)
+class Request:
+    """Everything a plan depends on. Per-stage maps are keyed by stage name."""
+
+    pipeline: PipelineSpec
+    gpus: tuple[Gpu, ...]
+    version: OmniVersion
+    schema: str
+    model_ref: str | None = None  # what --model named (a catalog name, a directory, a Hub id)
+    model_notes: tuple[str, ...] = ()  # what reading the checkpoint found worth saying
+    buffer_gib: float = D.DEFAULT_BUFFER_GIB
+    resolution: int = D.DEFAULT_RESOLUTION
+    tp: dict[str, int] = field(default_factory=dict)
+    devices: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    max_model_len: dict[str, int] = field(default_factory=dict)
+    max_num_seqs: dict[str, int] = field(default_factory=dict)
+    max_num_batched_tokens: dict[str, int] = field(default_factory=dict)
+    enforce_eager: dict[str, bool] = field(default_factory=dict)
+    min_concurrency: dict[str, int] = field(default_factory=dict)
+    weight: dict[str, float] = field(default_factory=dict)
+    exclusive: tuple[tuple[str, ...], ...] = ()
+    kv_cache_dtype: KvCacheDtype = "auto"
+    # Options given for every stage (`--max-num-batched-tokens 8192`): each applies to the
+    # stages where vLLM and the model accept it; a per-stage value above wins.
+    global_values: dict[str, int] = field(default_factory=dict)
+    allow_untested_tp: bool = False
+    pin_kv: bool = False  # write kv_cache_memory_bytes: vLLM then skips its own KV sizing
+    # Replicas per stage: "1" (one copy of each stage), "auto" (the solver chooses per stage),
+    # a number N (every stage N times: N whole pipelines), or None: "auto" where the version
+    # runs replicas (0.20+), else "1". A replica that adds no headroom is never planned.
+    replicas: str | None = None
+    calibration: object | None = None  # calibration.Calibration measured from a start-up log
+    time_limit_s: float = D.DEFAULT_TIME_LIMIT_S
+    workers: int | None = None  # CP-SAT workers; None: defaults.default_workers()
+
+    @property
+    def buffer_bytes(self) -> int:
+        return int(self.buffer_gib * GiB)
+
+    @property
+    def margin_bytes(self) -> int:
+        """Kept free on each GPU once all stages are up (admission reserve + buffer)."""
+        return margin_bytes(self.buffer_bytes)
+
+    def exclusive_indices(self) -> tuple[tuple[int, ...], ...]:
+        index = {st.name: i for i, st in enumerate(self.pipeline.stages)}
+        return tuple(tuple(index[name] for name in group) for group in self.exclusive)
+
+
+def command_line(request: Request) -> str:
+    """The options that reproduce `request` (without the program name). Floats are written
+    in their shortest exact form, so the command re-creates the same request."""
+    r = request
+    parts = [inventory_options(r.gpus), f"--model {shlex.quote(r.model_ref or r.pipeline.name)}",
+             f"--omni-version {r.version.name}"]
+    if r.schema != r.version.schema:
+        parts.append(f"--schema {r.schema}")
+    for flag, mapping in (
+        ("--tp", r.tp),
+        ("--max-model-len", r.max_model_len),
+        ("--max-num-seqs", r.max_num_seqs),
+        ("--max-num-batched-tokens", r.max_num_batched_tokens),
+        ("--min-concurrency", r.min_concurrency),
+        ("--weight", r.weight),
+    ):
+        option = flag[2:].replace("-", "_")
+        terms = [number_text(r.global_values[option])] if option in r.global_values else []
+        terms += [f"{k}={number_text(v)}" for k, v in sorted(mapping.items())]
+        if terms:
+            parts.append(f"{flag} " + ",".join(terms))
+    if r.enforce_eager:
+        parts.append("--enforce-eager " + ",".join(f"{k}={str(v).lower()}" for k, v in sorted(r.enforce_eager.items())))
+    for name, devices in sorted(r.devices.items()):
+        parts.append(f"--devices {name}={','.join(map(str, devices))}")
+    for group in r.exclusive:
+        parts.append("--exclusive " + ",".join(group))
+    if r.kv_cache_dtype != "auto":
+        parts.append(f"--kv-cache-dtype {r.kv_cache_dtype}")
+    if r.allow_untested_tp:
+        parts.append("--allow-untested-tp")
+    if r.replicas is not None:
+        parts.append(f"--replicas {r.replicas}")
+    if r.pin_kv:
+        parts.append("--pin-kv")
+    if r.calibration is not None:
+        parts.append(f"--calibration {shlex.quote(r.calibration.path)}")
+    if r.buffer_gib != D.DEFAULT_BUFFER_GIB:
+        parts.append(f"--buffer {number_text(r.buffer_gib)}")
+    if r.resolution != D.DEFAULT_RESOLUTION:
+        parts.append(f"--resolution {number_text(1 / r.resolution)}")
+    return " ".join(parts)
+
+
+def number_text(v: float) -> str:
+    """Integers as such; other floats by repr(), which reads back as the same float."""
+    if isinstance(v, int) or float(v).is_integer():
+        return str(int(v))
+    return repr(float(v))
+
+
+def inventory_options(gpus) -> str:
+    """`--gpus ...` (and `--nodes N`) that re-create an inventory of one or more hosts."""
+    hosts = node_names(gpus)
+    if len(hosts) == 1:
+        return f"--gpus {gpu_terms(gpus)}"
+    per_host = [gpu_terms([g for g in gpus if g.node == h]) for h in hosts]
+    if hosts == [f"node{i}" for i in range(len(hosts))] and len(set(per_host)) == 1:
+        return f"--nodes {len(hosts)} --gpus {per_host[0]}"
+    return "--gpus " + shlex.quote(";".join(f"{h}={t}" for h, t in zip(hosts, per_host)))
+
+
+def gpu_terms(gpus) -> str:
+    """`2xH100-80GB,1xA100-40GB` for a GPU list (consecutive equal names grouped)."""
+    terms: list[list] = []
+    for gpu in gpus:
+        if terms and terms[-1][1] == gpu.name:
+            terms[-1][0] += 1
+        else:
+            terms.append([1, gpu.name])
+    return ",".join(f"{n}x{name}" for n, name in terms)
