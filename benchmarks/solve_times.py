@@ -40,7 +40,7 @@ INVENTORIES = [
 def _request(model: str, gpus: str, nodes: int | None = None, **kw):
     from omni_autoconf.inputs.catalog import lookup_model
     from omni_autoconf.inputs.gpus import parse_inventory
-    from omni_autoconf.plan.planner import Request
+    from omni_autoconf.planning.planner import Request
     from omni_autoconf.vllm.facts import omni_version
 
     version = omni_version("0.30")
@@ -51,7 +51,7 @@ def _request(model: str, gpus: str, nodes: int | None = None, **kw):
 def scale_rows() -> list[list[str]]:
     from omni_autoconf.inputs.catalog import model_catalog
     from omni_autoconf.errors import NoPlanError
-    from omni_autoconf.plan.planner import plan
+    from omni_autoconf.planning.planner import plan
 
     rows = []
     for model in sorted(model_catalog()):
@@ -74,7 +74,7 @@ def brute_force_rows() -> list[list[str]]:
     """Small real instances (coarse fractions) that the enumerator finishes."""
     from omni_autoconf.opt import cpsat as cpsat
     from omni_autoconf.opt.bruteforce import best_objective
-    from omni_autoconf.plan.planner import build_problem
+    from omni_autoconf.planning.planner import build_problem
 
     rows = []
     for model, gpus, replicas in [("qwen2.5-omni-3b", "2xL40S", "1"), ("qwen2.5-omni-7b", "1xH100-80GB,1xL40S", "1"),
@@ -99,7 +99,7 @@ def tuning_rows() -> list[list[str]]:
     """The solver parameters of solving.py against CP-SAT's defaults, same model, same run."""
     from omni_autoconf.opt import cpsat as cpsat
     from omni_autoconf.opt import solving as solving
-    from omni_autoconf.plan.planner import build_problem
+    from omni_autoconf.planning.planner import build_problem
 
     rows = []
     for gpus, workers in [("8xH100-80GB", 1), ("8xH100-80GB", 2), ("16xH100-80GB", 2), ("64xH100-80GB", 2)]:
@@ -131,7 +131,7 @@ def _seconds(cmd: list[str], repeat: int = 3) -> float:
 def cli_rows() -> list[list[str]]:
     exe = [sys.executable, "-m", "omni_autoconf"]
     plan_s = _seconds([*exe, "--gpus", "2xH100-80GB", "--model", "qwen3-omni-moe", "-q"])
-    imports_s = _seconds([sys.executable, "-c", "import omni_autoconf.cli.main, omni_autoconf.plan.planner, "
+    imports_s = _seconds([sys.executable, "-c", "import omni_autoconf.cli.main, omni_autoconf.planning.planner, "
                           "omni_autoconf.emit.render, ortools.sat.python.cp_model"])
     python_s = _seconds([sys.executable, "-c", "pass"])
     help_s = _seconds([*exe, "--help"])

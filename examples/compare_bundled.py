@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from omni_autoconf.inputs.catalog import lookup_model
 from omni_autoconf.inputs.gpus import parse_gpus
-from omni_autoconf.plan.evaluation import Placement, evaluate
-from omni_autoconf.plan.planner import Request, plan
+from omni_autoconf.planning.evaluation import Placement, evaluate
+from omni_autoconf.planning.planner import Request, plan
 from omni_autoconf.vllm.facts import GiB, omni_version
 
 # vllm-omni 0.30 deploy/qwen3_omni_moe.yaml ("verified on 2x H100"): stage 0 on cuda:0

@@ -6,7 +6,7 @@ import pytest
 
 from omni_autoconf.inputs.catalog import lookup_model
 from omni_autoconf.inputs.gpus import parse_gpus
-from omni_autoconf.plan.planner import Request
+from omni_autoconf.planning.planner import Request
 from omni_autoconf.vllm.facts import omni_version
 
 

@@ -15,7 +15,7 @@ from omni_autoconf.cli.main import main
 from omni_autoconf.inputs.configfile import read_config
 from omni_autoconf.errors import InputError
 from omni_autoconf.inputs.gpus import parse_gpus
-from omni_autoconf.plan.check import check_config
+from omni_autoconf.planning.check import check_config
 from omni_autoconf.vllm.facts import omni_version
 
 DATA = Path(__file__).parent / "data"

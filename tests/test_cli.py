@@ -115,7 +115,7 @@ def test_python_dash_m_entry_point():
 def test_help_imports_no_solver_and_is_quick():
     """--help, which a pipeline may call to probe the tool, loads neither OR-Tools nor the planner."""
     script = ("import sys\nfrom omni_autoconf.cli.main import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-              "print(sorted(m for m in ('ortools', 'omni_autoconf.plan.planner', 'omni_autoconf.opt.cpsat') if m in sys.modules))")
+              "print(sorted(m for m in ('ortools', 'omni_autoconf.planning.planner', 'omni_autoconf.opt.cpsat') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.stdout.strip().splitlines()[-1] == "[]"
     best = min(_seconds([sys.executable, "-m", "omni_autoconf", "--help"]) for _ in range(3))

@@ -1,12 +1,16 @@
-"""Docs match the code: the example files and the README's tables are current."""
+"""Docs match the code: the example files, and the generated blocks of README.md and docs/ (the
+command samples, the comparison table, --help, the accuracy table, the covered-pipelines table)
+are current. `make examples` rewrites them all."""
 
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
 import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -21,6 +25,16 @@ def _load(name: str):
 regenerate = _load("regenerate")
 
 
+def _read(rel: str) -> str:
+    return (ROOT / rel).read_text()
+
+
+def _block(rel: str, name: str) -> str:
+    body = regenerate.block(_read(rel), name)
+    assert body is not None, f"{rel} has no <!-- {name}:start --> ... <!-- {name}:end --> block"
+    return body
+
+
 @pytest.mark.parametrize("name, args", regenerate.EXAMPLES, ids=[e[0] for e in regenerate.EXAMPLES])
 def test_example_file_is_current(name, args):
     shipped = (ROOT / "examples" / name).read_text()
@@ -30,46 +44,80 @@ def test_example_file_is_current(name, args):
     )
 
 
-def test_comparison_table_is_current_and_in_the_readme():
+def test_comparison_table_is_current_and_in_the_docs():
     table = _load("compare_bundled").table()
     assert (ROOT / "examples" / "comparison.md").read_text() == table
-    assert table in (ROOT / "README.md").read_text(), "README comparison table is stale: run `make examples`"
+    assert _block("docs/cpsat.md", "comparison") == table, (
+        "docs/cpsat.md comparison table is stale: run `make examples`")
 
 
-def test_readme_shows_the_current_help():
+def test_docs_show_the_current_help():
     help_text = regenerate.help_text()
     assert (ROOT / "examples" / "help.txt").read_text() == help_text
-    assert help_text in (ROOT / "README.md").read_text(), "README --help block is stale: run `make examples`"
+    assert _block("docs/cli.md", "help") == "```text\n" + help_text + "```\n", (
+        "docs/cli.md --help block is stale: run `make examples`")
 
 
-def test_readme_no_plan_sample_is_current():
-    import re
+def test_docs_show_the_current_accuracy_table():
+    table = regenerate.accuracy_table()
+    assert (ROOT / "examples" / "accuracy.txt").read_text() == table
+    assert _block("docs/accuracy.md", "bench") == "```text\n" + table + "```\n", (
+        "docs/accuracy.md accuracy table is stale: run `make examples`")
+
+
+def test_covered_pipelines_table_is_generated_from_the_catalog():
+    from omni_autoconf.inputs.catalog import model_catalog
+
+    table = _block("docs/pipelines.md", "pipelines")
+    assert table == regenerate.pipelines_table(), "docs/pipelines.md pipelines table is stale: run `make examples`"
+    rows = [line for line in table.splitlines() if line.startswith("|")][2:]  # below the header and its rule
+    names = [re.match(r"\| \[?`([^`]+)`", line).group(1) for line in rows]
+    assert names == list(model_catalog()), "one row per catalog entry, in the catalog's order"
+
+
+def _sample_files() -> list[str]:
+    return [str(p.relative_to(ROOT)) for p in regenerate.doc_files() if regenerate.samples(p.read_text())]
+
+
+@pytest.mark.parametrize("rel", _sample_files())
+def test_command_samples_are_current(rel):
+    """Every ```text block that starts with `$ omni-autoconf ...` shows what the command prints now
+    (stdout and stderr as a terminal shows them; the solve time aside)."""
+    text = _read(rel)
+    fresh = regenerate.with_samples_rerun(text)
+    shown = [m.group(2) for m in regenerate.SAMPLE.finditer(text)]
+    now = [m.group(2) for m in regenerate.SAMPLE.finditer(fresh)]
+    for cmd, old, new in zip(regenerate.samples(text), shown, now):
+        assert regenerate.steady(new) == regenerate.steady(old), f"{rel}: `{cmd}` is stale: run `make examples`"
+
+
+def test_readme_shows_six_commands_and_the_no_plan_sample():
+    commands = regenerate.samples(_read("README.md"))
+    assert len(commands) >= 6, commands
+    assert any(c.startswith("omni-autoconf --gpus 2xA100-40GB --model qwen3-omni-moe") for c in commands)
+    assert "README.md" in _sample_files() and "docs/cpsat.md" in _sample_files()
+
+
+def test_no_plan_sample_is_the_commands_stderr():
+    """The no-plan sample is exactly what the command writes to stderr (it writes nothing else)."""
     import shlex
 
     from click.testing import CliRunner
-
     from omni_autoconf.cli.main import main
 
-    text = (ROOT / "README.md").read_text()
-    m = re.search(r"```text\n\$ (omni-autoconf [^\n]+)\n(.*?)```", text, re.S)
-    assert m, "README has no `$ omni-autoconf ...` sample"
-    result = CliRunner().invoke(main, shlex.split(m.group(1))[1:])
-    assert result.stderr == m.group(2)
+    for rel in ("README.md", "docs/cpsat.md"):
+        m = next(m for m in regenerate.SAMPLE.finditer(_read(rel)) if "2xA100-40GB" in m.group(1))
+        result = CliRunner().invoke(main, shlex.split(m.group(1))[1:])
+        assert result.exit_code == 1
+        assert result.stdout == ""
+        assert result.stderr == m.group(2)
 
 
-def test_readme_shows_the_current_accuracy_table():
-    table = regenerate.accuracy_table()
-    assert (ROOT / "examples" / "accuracy.txt").read_text() == table
-    assert table in (ROOT / "README.md").read_text(), "README accuracy table is stale: run `make examples`"
-
-
-def test_every_readme_table_has_its_header_rule():
+@pytest.mark.parametrize("rel", [str(p.relative_to(ROOT)) for p in regenerate.doc_files()])
+def test_every_table_has_its_header_rule(rel):
     """A markdown table whose second line is not |---| renders as text."""
-    import re
-    from pathlib import Path
-
-    lines = (Path(__file__).resolve().parent.parent / "README.md").read_text().splitlines()
+    lines = _read(rel).splitlines()
     starts = [i for i, line in enumerate(lines) if line.startswith("|") and (i == 0 or not lines[i - 1].startswith("|"))]
-    assert starts
+    assert starts or rel != "README.md"
     for i in starts:
-        assert i + 1 < len(lines) and re.fullmatch(r"\|[-:| ]+\|", lines[i + 1]), f"README.md line {i + 1}: {lines[i]}"
+        assert i + 1 < len(lines) and re.fullmatch(r"\|[-:| ]+\|", lines[i + 1]), f"{rel} line {i + 1}: {lines[i]}"

@@ -365,7 +365,7 @@ def test_a_time_limited_plan_says_how_to_reproduce_it():
     import dataclasses
 
     from conftest import make_request
-    from omni_autoconf.plan.planner import plan
+    from omni_autoconf.planning.planner import plan
     from omni_autoconf.emit.render import render_deploy
 
     proven = plan(make_request("qwen3-omni-moe", "2xH100-80GB", time_limit_s=20, workers=3))

@@ -19,7 +19,7 @@ from omni_autoconf.inputs.catalog import lookup_model
 from omni_autoconf.cli.main import main
 from omni_autoconf.inputs.gpus import local_index, parse_inventory
 from omni_autoconf.emit.multihost import commands, crosses_hosts, edges, file_name, head_of, layouts
-from omni_autoconf.plan.planner import Request, plan
+from omni_autoconf.planning.planner import Request, plan
 from omni_autoconf.emit.render import render_deploy
 from omni_autoconf.vllm.facts import omni_version
 

@@ -126,7 +126,7 @@ def test_a_bad_extends_names_the_file_and_the_reason(text, needle):
 
 
 def _check(path, gpus, model="bagel-7b-mot"):
-    from omni_autoconf.plan.check import check_config
+    from omni_autoconf.planning.check import check_config
     from omni_autoconf.inputs.configfile import read_config
     from omni_autoconf.inputs.gpus import parse_gpus
 
@@ -178,7 +178,7 @@ def test_the_dit_loads_before_the_thinker_and_takes_its_peak_once_all_are_up(tmp
 
 
 def test_a_diffusion_stage_without_a_fraction_is_refused_by_parallel_init_admission(tmp_path):
-    from omni_autoconf.plan.check import check_config
+    from omni_autoconf.planning.check import check_config
     from omni_autoconf.inputs.configfile import read_config
     from omni_autoconf.inputs.gpus import parse_gpus
 
@@ -265,7 +265,7 @@ def test_check_of_a_deploy_file_on_a_version_without_deploy_files_is_a_predicted
 
 
 def _check_at(path, gpus, model, version):
-    from omni_autoconf.plan.check import check_config
+    from omni_autoconf.planning.check import check_config
     from omni_autoconf.inputs.configfile import read_config
     from omni_autoconf.inputs.gpus import parse_gpus
 
@@ -485,7 +485,7 @@ def test_a_mistral_format_directory_is_refused_in_one_line(tmp_path):
 
 def _on_48gb_cards(path, count):
     """vLLM-Omni's GLM-TTS recipe ran on 48 GB cards of 49,140 MiB (not in the GPU catalog)."""
-    from omni_autoconf.plan.check import check_config
+    from omni_autoconf.planning.check import check_config
     from omni_autoconf.inputs.configfile import read_config
     from omni_autoconf.inputs.gpus import Gpu
 
@@ -511,7 +511,7 @@ def test_glm_tts_holds_no_less_than_its_measured_peaks_front_end_included(tmp_pa
     assert gpu1.used_bytes < 0.25 * gpu1.gpu.total_bytes  # stage 1 holds its use, not its inert 0.25
     # the front-end is on GPU 0 only: take it away and GPU 0 holds that much less, GPU 1 the same
     bare = lookup_model("glm-tts").model_copy(update={"frontend_gpu_bytes": 0})
-    from omni_autoconf.plan.check import check_config
+    from omni_autoconf.planning.check import check_config
     from omni_autoconf.inputs.configfile import read_config
 
     without = check_config(bare, [g.gpu for g in two.startup.gpus], omni_version("0.30"), read_config(str(split)))
@@ -594,7 +594,7 @@ def test_over_several_hosts_the_front_end_is_kept_on_each_hosts_first_gpu():
     from dataclasses import replace
 
     from omni_autoconf.inputs.gpus import parse_gpus
-    from omni_autoconf.plan.planner import build_problem
+    from omni_autoconf.planning.planner import build_problem
 
     from conftest import make_request
 

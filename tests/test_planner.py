@@ -6,8 +6,8 @@ import pytest
 
 from omni_autoconf.vllm import facts as F
 from omni_autoconf.errors import InputError, NoPlanError
-from omni_autoconf.plan.evaluation import Placement, evaluate, recheck
-from omni_autoconf.plan.planner import plan
+from omni_autoconf.planning.evaluation import Placement, evaluate, recheck
+from omni_autoconf.planning.planner import plan
 from omni_autoconf.vllm.facts import GiB
 
 from conftest import make_request

@@ -19,12 +19,12 @@ from hypothesis import strategies as st
 from omni_autoconf.opt import cpsat as cpsat
 from omni_autoconf.opt.bruteforce import best_objective
 from omni_autoconf.cli.main import main
-from omni_autoconf.plan.check import check_config
+from omni_autoconf.planning.check import check_config
 from omni_autoconf.inputs.configfile import read_config
 from omni_autoconf.errors import InputError, NoPlanError
 from omni_autoconf.inputs.gpus import Gpu
-from omni_autoconf.plan.evaluation import recheck
-from omni_autoconf.plan.planner import plan
+from omni_autoconf.planning.evaluation import recheck
+from omni_autoconf.planning.planner import plan
 from omni_autoconf.opt.problem import Problem
 from omni_autoconf.emit.render import RENDERERS
 from omni_autoconf.vllm.facts import GiB

@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from omni_autoconf.plan.planner import plan
+from omni_autoconf.planning.planner import plan
 from omni_autoconf.emit.render import render_deploy, render_stage_args
 from omni_autoconf.emit.summary import plan_dict, render_json
 

@@ -11,10 +11,10 @@ import pytest
 import yaml
 
 from omni_autoconf.cli.main import main
-from omni_autoconf.plan.check import split_replicas
+from omni_autoconf.planning.check import split_replicas
 from omni_autoconf.inputs.configfile import read_config
-from omni_autoconf.plan.check import check_config
-from omni_autoconf.plan.planner import plan
+from omni_autoconf.planning.check import check_config
+from omni_autoconf.planning.planner import plan
 from omni_autoconf.emit.render import RENDERERS, render_deploy
 from omni_autoconf.emit.summary import render_json
 from omni_autoconf.vllm.facts import omni_version

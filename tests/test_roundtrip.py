@@ -14,10 +14,10 @@ import pytest
 from click.testing import CliRunner
 
 from omni_autoconf.cli.main import main
-from omni_autoconf.plan.check import check_config
+from omni_autoconf.planning.check import check_config
 from omni_autoconf.inputs.configfile import read_config
 from omni_autoconf.errors import InputError, NoPlanError
-from omni_autoconf.plan.planner import plan
+from omni_autoconf.planning.planner import plan
 from omni_autoconf.emit.render import RENDERERS
 from omni_autoconf.vllm.facts import MiB
 

@@ -133,7 +133,7 @@ def test_the_bundled_higgs_v2_file_starts_on_the_h100_it_was_run_on_with_the_clo
 
     report = _check("higgs_audio_v2.yaml", parse_gpus("1xH100-80GB"), "higgs-audio-v2")
     assert report.ok and not report.problems, [p.message for p in report.problems]
-    from omni_autoconf.plan.check import check_config
+    from omni_autoconf.planning.check import check_config
     from omni_autoconf.inputs.configfile import read_config
 
     from wheels import wheel_root
@@ -267,7 +267,7 @@ def test_minimax_music3_counts_give_the_measured_backbone_and_the_repacked_files
 
 
 def test_minimax_music3_plans_two_kv_rows_per_song_by_default():
-    from omni_autoconf.plan.planner import build_problem
+    from omni_autoconf.planning.planner import build_problem
 
     from conftest import make_request
 
@@ -351,7 +351,7 @@ def test_the_bundled_dense_ming_tts_file_starts_on_one_gpu(gpus):
 
 
 def test_minimax_music3s_rows_come_in_pairs_in_the_plan_and_in_check(tmp_path):
-    from omni_autoconf.plan.check import check_config
+    from omni_autoconf.planning.check import check_config
     from omni_autoconf.inputs.configfile import read_config
     from omni_autoconf.inputs.gpus import parse_gpus
 
@@ -496,7 +496,7 @@ def test_a_files_mamba_cache_dtypes_size_the_state_it_names(tmp_path):
     # vllm 0.30.0 config/cache.py: mamba_ssm_cache_dtype overrides the model's hook; the bf16 state
     # halves the SSM page, so the block vLLM sets is 1072 tokens, not 2096; mode "all" is not modelled
     from omni_autoconf.inputs.catalog import lookup_model
-    from omni_autoconf.plan.check import check_config
+    from omni_autoconf.planning.check import check_config
     from omni_autoconf.inputs.configfile import read_config
     from omni_autoconf.errors import InputError
     from omni_autoconf.inputs.gpus import parse_gpus

@@ -15,8 +15,8 @@ from omni_autoconf.opt import cpsat as cpsat
 from omni_autoconf.inputs.catalog import CatalogError, load_pipeline_text
 from omni_autoconf.cli.main import main
 from omni_autoconf.errors import InputError, NoPlanError
-from omni_autoconf.plan.evaluation import recheck
-from omni_autoconf.plan.planner import plan
+from omni_autoconf.planning.evaluation import recheck
+from omni_autoconf.planning.planner import plan
 from omni_autoconf.emit.render import render_deploy, render_stage_args, with_planned
 
 from conftest import make_request
@@ -91,7 +91,7 @@ def test_identical_gpus_are_used_in_canonical_order():
 
 
 def test_an_internal_error_is_one_line_with_exit_2(monkeypatch):
-    import omni_autoconf.plan.planner as planner
+    import omni_autoconf.planning.planner as planner
 
     def broken(*a, **k):
         raise RuntimeError("boom")

@@ -9,10 +9,10 @@ import re
 import pytest
 
 from omni_autoconf.inputs.catalog import lookup_model
-from omni_autoconf.plan.check import check_config
+from omni_autoconf.planning.check import check_config
 from omni_autoconf.inputs.configfile import read_config
 from omni_autoconf.inputs.gpus import parse_gpus
-from omni_autoconf.plan.planner import plan
+from omni_autoconf.planning.planner import plan
 from omni_autoconf.vllm.facts import omni_version
 
 from conftest import make_request

@@ -12,7 +12,7 @@ import yaml
 
 from omni_autoconf.inputs.catalog import model_catalog
 from omni_autoconf.errors import InputError
-from omni_autoconf.plan.planner import plan
+from omni_autoconf.planning.planner import plan
 from omni_autoconf.emit.render import ensure_renderable, render_deploy, render_stage_args
 
 from conftest import make_request

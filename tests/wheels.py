@@ -104,7 +104,7 @@ def check_bundled(name: str, gpus, model: str, version: str = "0.30"):
     """`check` of the deploy file `name` a vLLM-Omni release bundles, for the catalog `model` on
     `gpus` (an inventory like "1xH100-80GB", or a list of Gpu)."""
     from omni_autoconf.inputs.catalog import lookup_model
-    from omni_autoconf.plan.check import check_config
+    from omni_autoconf.planning.check import check_config
     from omni_autoconf.inputs.configfile import read_config
     from omni_autoconf.inputs.gpus import parse_gpus
     from omni_autoconf.vllm.facts import omni_version

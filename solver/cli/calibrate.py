@@ -13,7 +13,7 @@ import click
 
 from ..errors import InputError
 from ..vllm.facts import NEWEST_OMNI_VERSION
-from .common import gpus_option, once, run_command
+from .common import once, run_command
 from .output_files import check_output_path, write_output
 
 
@@ -40,7 +40,8 @@ def _calibrate(**o) -> int:
     from ..inputs.yamlio import read_text
     from ..memory.calibration import fit, to_yaml
     from ..memory.stage_memory import stage_memory
-    from ..plan.check import resolve_settings
+    from ..planning.check import resolve_settings
+    from ..planning.options import gpus_option
     from ..vllm.facts import omni_version
 
     config_path, gpus_text = once(o["config_path"], "--config"), once(o["gpus_text"], "--gpus")

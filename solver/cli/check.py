@@ -13,31 +13,20 @@ import click
 from .. import defaults as D
 from ..errors import InputError, NoPlanError
 from ..vllm.facts import NEWEST_OMNI_VERSION, GiB
-from .common import (
-    attach_fixes,
-    bounded,
-    calibration_option,
-    exclusive_groups,
-    gpus_option,
-    once,
-    parse_float,
-    report_no_plan,
-    run_command,
-    time_limit_option,
-)
+from .common import attach_fixes, once, report_no_plan, run_command
 from .output_files import check_output_path, write_output
 
 
 @click.command("check")
 @click.argument("config")
-@click.option("--gpus", "gpus_text", multiple=True, metavar="NxNAME[,...]", help="GPUs in CUDA order, or `local`.  [required]")
-@click.option("--model", "model_name", multiple=True, metavar="NAME|DIR|ORG/NAME", help="Pipeline: catalog name, model directory or Hub id.  [required]")
+@click.option("--gpus", multiple=True, metavar="NxNAME[,...]", help="GPUs in CUDA order, or `local`.  [required]")
+@click.option("--model", multiple=True, metavar="NAME|DIR|ORG/NAME", help="Pipeline: catalog name, model directory or Hub id.  [required]")
 @click.option("--omni-version", multiple=True, metavar="X.Y", help=f"Default: {NEWEST_OMNI_VERSION}.")
 @click.option("--platform", multiple=True, help="Which `platforms:` overrides of a deploy file apply. Default: cuda.")
 @click.option("--upstream", is_flag=True, help="Upstream vLLM start-up: refuse when free < requested (default: vLLM-Omni caps).")
 @click.option("--parallel-init", is_flag=True, help="Check vLLM-Omni's parallel_stage_init admission rule too.")
 @click.option("--exclusive", multiple=True, metavar="A,B", help="Stages never resident at the same time (as for planning).")
-@click.option("--buffer", "buffer_gib", multiple=True, metavar="GIB",
+@click.option("--buffer", multiple=True, metavar="GIB",
               help=f"GiB each GPU should keep free beyond vLLM-Omni's 2 GiB reserve (a warning below it). Default: {D.DEFAULT_BUFFER_GIB}.")
 @click.option("--calibration", multiple=True, metavar="FILE", help="Apply the corrections `omni-autoconf calibrate` measured.")
 @click.option("--format", "fmt", multiple=True, type=click.Choice(["table", "json"]), help="Default: table.")
@@ -59,48 +48,43 @@ def check_command(**o) -> None:
 
 def _check(**o) -> int:
     from ..emit.check_report import render_check_json, render_check_table
-    from ..inputs.configfile import read_config
-    from ..inputs.model_source import resolve
-    from ..plan.check import check_config
-    from ..vllm.facts import omni_version
+    from ..planning.check import check_config
+    from ..planning.options import resolve_check
 
-    gpus_text, model_name = once(o["gpus_text"], "--gpus"), once(o["model_name"], "--model")
-    if not gpus_text or not model_name:
-        raise InputError("check needs --gpus and --model (see check --help)")
-    gpus = gpus_option(gpus_text, hosts=False)
-    source = resolve(model_name)
-    pipeline = source.pipeline
-    version = omni_version(once(o["omni_version"], "--omni-version", NEWEST_OMNI_VERSION))
-    buffer_gib = bounded(parse_float(once(o["buffer_gib"], "--buffer", str(D.DEFAULT_BUFFER_GIB)), "--buffer"),
-                         0.0, D.MAX_BUFFER_GIB, "--buffer")
-    exclusive = exclusive_groups(o["exclusive"], pipeline)
     fmt = once(o["fmt"], "--format", "table")
     output = once(o["output"], "-o/--output")
-    if output is not None and not o["fix"]:
-        raise InputError("check -o writes the file that --fix produces: add --fix, or drop -o (the report goes to "
-                         "stdout)")
-    check_output_path(output)
-    config = read_config(o["config"], once(o["platform"], "--platform", "cuda"),
-                         engine_extras=version.deploy_reads_engine_extras)
-    unjudged = pipeline.judged_reason(config.schema, version)
-    if unjudged is not None:  # a version the catalog does not model for this pipeline
-        raise InputError(unjudged)
-    calibration = calibration_option(once(o["calibration"], "--calibration"), pipeline, version, gpus)
-    report = check_config(pipeline, list(gpus), version, config, upstream=True if o["upstream"] else None,
-                          parallel_init=o["parallel_init"], buffer_bytes=int(buffer_gib * GiB), exclusive=exclusive,
-                          calibration=calibration)
+
+    def before_reading() -> None:
+        if output is not None and not o["fix"]:
+            raise InputError("check -o writes the file that --fix produces: add --fix, or drop -o (the report goes to "
+                             "stdout)")
+        check_output_path(output)
+
+    values = {"gpus": once(o["gpus"], "--gpus"), "model": once(o["model"], "--model"), "config": o["config"],
+              "omni_version": once(o["omni_version"], "--omni-version"), "buffer": once(o["buffer"], "--buffer"),
+              "platform": once(o["platform"], "--platform"), "exclusive": o["exclusive"],
+              "calibration": once(o["calibration"], "--calibration")}
+    inputs = resolve_check(values, before_reading)
+    report = check_config(inputs.pipeline, list(inputs.gpus), inputs.version, inputs.config,
+                          upstream=True if o["upstream"] else None, parallel_init=o["parallel_init"],
+                          buffer_bytes=int(inputs.buffer_gib * GiB), exclusive=inputs.exclusive,
+                          calibration=inputs.calibration)
     if o["fix"]:
-        time_limit = time_limit_option(once(o["time_limit"], "--time-limit", str(D.DEFAULT_TIME_LIMIT_S)))
-        return _fix(report, pipeline, gpus, version, config, buffer_gib, exclusive, time_limit, o, calibration)
+        return _fix(report, inputs, o)
     write_output(None, render_check_json(report) if fmt == "json" else render_check_table(report))
     return 0 if report.ok else 1
 
 
-def _fix(report, pipeline, gpus, version, config, buffer_gib, exclusive, time_limit, o: dict, calibration) -> int:
+def _fix(report, inputs, o: dict) -> int:
     from ..emit.check_report import render_gain_table
-    from ..emit.render import RENDERERS, ensure_renderable
-    from ..plan.planner import Request, plan
+    from ..emit.render import RENDERERS
+    from ..planning.request import ensure_renderable
+    from ..planning.options import time_limit_option
+    from ..planning.planner import plan
+    from ..planning.request import Request
 
+    pipeline, gpus, version, config = inputs.pipeline, inputs.gpus, inputs.version, inputs.config
+    time_limit = time_limit_option(once(o["time_limit"], "--time-limit"))
     keep_text = once(o["keep"], "--keep", "devices,tp")
     keep = {k.strip() for k in keep_text.split(",") if k.strip()} - {"none"}
     if keep - {"devices", "tp"}:
@@ -110,11 +94,11 @@ def _fix(report, pipeline, gpus, version, config, buffer_gib, exclusive, time_li
     kept = [rs for rs in settings if rs.spec.name not in bad_layout and rs.replicas == 1]
     request = Request(
         pipeline=pipeline,
-        model_ref=o["model_name"][0],
+        model_ref=o["model"][0],
         gpus=gpus,
         version=version,
         schema=config.schema,
-        buffer_gib=buffer_gib,
+        buffer_gib=inputs.buffer_gib,
         tp={rs.spec.name: rs.tensor_parallel_size for rs in kept if "tp" in keep and rs.explicit_tp},
         devices={rs.spec.name: rs.devices for rs in kept if "devices" in keep and rs.explicit_devices},
         max_model_len={rs.spec.name: rs.knobs.max_model_len for rs in settings if rs.spec.has_kv_cache},
@@ -123,11 +107,11 @@ def _fix(report, pipeline, gpus, version, config, buffer_gib, exclusive, time_li
                                 if rs.spec.batch_rule_error(rs.knobs.max_num_batched_tokens) is None},
         enforce_eager={rs.spec.name: rs.knobs.enforce_eager for rs in settings},
         kv_cache_dtype="fp8" if any(rs.knobs.kv_cache_dtype == "fp8" for rs in settings) else "auto",
-        exclusive=exclusive,
+        exclusive=inputs.exclusive,
         allow_untested_tp=any(rs.tensor_parallel_size not in rs.spec.tested_tp_degrees(version.name) for rs in kept),
         pin_kv=any(rs.kv_pinned_bytes for rs in settings),
         replicas="auto" if any(rs.replicas > 1 for rs in settings) else None,
-        calibration=calibration,
+        calibration=inputs.calibration,
         time_limit_s=time_limit,
     )
     ensure_renderable(request)

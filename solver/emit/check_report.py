@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from .. import __version__
-from ..plan.check import CheckReport
+from ..planning.check import CheckReport
 from ..vllm.facts import GiB
 from .summary import text_table as _table
 

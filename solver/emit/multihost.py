@@ -40,7 +40,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from ..inputs.gpus import local_index, node_names
-from ..plan.planner import Plan
+from ..planning.planner import Plan
 
 MASTER_PORT = 29600  # a default for --omni-master-port; any free TCP port on the head host
 API_PORT = 8000  # vLLM's own default --port, written out so that launch.sh can poll /health

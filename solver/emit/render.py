@@ -16,8 +16,8 @@ from .. import __version__
 from ..defaults import default_workers
 from ..inputs.configfile import HEAD_FILE_NOTE, HOST_FILE_NOTE
 from ..inputs.gpus import local_index, node_names
-from ..plan.planner import Plan, StagePlan
-from ..plan.request import Request, command_line, number_text
+from ..planning.planner import Plan, StagePlan
+from ..planning.request import Request, command_line, ensure_renderable, number_text  # noqa: F401 (re-exported)
 from ..vllm.facts import GiB
 
 
@@ -175,39 +175,7 @@ def with_planned(head: dict[str, Any], planned: dict[str, Any], catalog: dict[st
     return out
 
 
-def ensure_renderable(request: Request) -> None:
-    """Refuse (InputError, exit 2) a schema the chosen version's loader does not read, and
-    a legacy file whose stage wiring names functions that version no longer has."""
-    from ..errors import InputError
-    from ..vllm.facts import SCHEMA_VERSIONS, range_text
-
-    v, schema, pipeline = request.version, request.schema, request.pipeline
-    if not v.reads(schema):
-        raise InputError(
-            f"vLLM-Omni {v.name} does not read the {schema} schema (it is read by vLLM-Omni "
-            f"{range_text(SCHEMA_VERSIONS[schema])}); choose --schema {'deploy' if schema == 'stage-args' else 'stage-args'}"
-            " or another --omni-version"
-        )
-    hosts = node_names(request.gpus)
-    if len(hosts) > 1 and not v.multi_host:
-        raise InputError(
-            f"a plan over {len(hosts)} hosts is written for vLLM-Omni 0.26+: there each host runs its stages "
-            "headless (--stage-id, --omni-dp-size-local) against the head with the file's connectors; 0.22 and 0.24 "
-            "headless stages ignore the connectors (run_headless passes async_chunk=False to "
-            "get_stage_connector_spec, vllm_omni/entrypoints/cli/serve.py), 0.20's single-stage mode runs no LLM "
-            "replicas and 0.18 has no headless mode. Plan one host per pipeline for older versions")
-    if len(hosts) > 1 and not all(st.bounded_by_fraction for st in pipeline.stages):
-        raise InputError(
-            f"a plan of {pipeline.name} over {len(hosts)} hosts is not written: a diffusion stage (its dense runtime, "
-            "and BAGEL's KV received from the thinker) is not modelled across hosts; plan one host")
-    if len(hosts) > 1 and schema != "deploy":
-        raise InputError(f"a plan over {len(hosts)} hosts is written in the deploy schema: use --schema deploy")
-    reason = pipeline.unserved_reason(schema, v.name)
-    if reason is not None:
-        raise InputError(reason)
-
-
-def _stagenumber_text(key: str, prefix: str) -> int | None:
+def _stage_number(key: str, prefix: str) -> int | None:
     tail = key[len(prefix):] if key.startswith(prefix) else ""
     return int(tail) if tail.isdigit() else None
 
@@ -248,7 +216,7 @@ def render_deploy(plan: Plan, layout=None) -> str:
                 catalog["input_connectors"] = {**(catalog.get("input_connectors") or {}), **layout.inputs[sid]}
             if catalog.get("output_connectors"):  # both ends of an edge must name one connector type
                 catalog["output_connectors"] = {  # (vllm_omni 0.30.0 distributed/omni_connectors/utils/initialization.py)
-                    key: layout.inputs.get(_stagenumber_text(key, "to_stage_"), {}).get(f"from_stage_{sid}", ref)
+                    key: layout.inputs.get(_stage_number(key, "to_stage_"), {}).get(f"from_stage_{sid}", ref)
                     for key, ref in catalog["output_connectors"].items()}
         stages.append(with_planned(head, planned, {**catalog, **extras}))
     doc["stages"] = stages

@@ -8,7 +8,8 @@ from typing import Any
 
 from .. import __version__
 from ..inputs.gpus import local_index, node_names
-from ..plan.planner import Plan
+from ..errors import NoPlanError
+from ..planning.planner import Plan
 from .render import DIFFUSION_UTIL_NOTE, _devices, _gib, status_line
 
 
@@ -161,3 +162,14 @@ def text_table(rows: list[tuple[str, ...]]) -> str:
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines) + "\n"
+
+
+def no_plan_dict(exc: NoPlanError) -> dict[str, Any]:
+    """A failed plan as data (`--format json`): status "infeasible" or "unknown"."""
+    from ..planning.fixes import FIX_KINDS
+
+    out = {"status": exc.status, "message": exc.message, "reasons": exc.reasons}
+    if exc.status == "infeasible":
+        out.update({"conflict": exc.conflict, "fixes": [f.as_dict() for f in exc.fixes], "fixes_tried": FIX_KINDS,
+                    "fix_search_note": exc.fix_search_note})
+    return out

@@ -10,12 +10,16 @@ from ..vllm.facts import GiB
 from .problems import CheckProblem
 from .problems import gib_text as _g
 
+# What vLLM-Omni's admission keeps back on every GPU: 1 GiB external + 1 GiB safety (vllm-omni
+# 0.30.0 wheel, vllm_omni/engine/stage_admission.py _DEFAULT_EXTERNAL_RESERVE_BYTES,
+# _DEFAULT_SAFETY_MARGIN_BYTES).
+ADMISSION_RESERVE_BYTES = F.ADMISSION_EXTERNAL_RESERVE_BYTES + F.ADMISSION_SAFETY_MARGIN_BYTES
+
 
 def margin_bytes(buffer_bytes: int) -> int:
-    """What each GPU keeps free once all stages are up: vLLM-Omni's admission reserves
-    (1 GiB external + 1 GiB safety: vllm-omni 0.30.0 wheel, vllm_omni/engine/stage_admission.py
-    _DEFAULT_EXTERNAL_RESERVE_BYTES, _DEFAULT_SAFETY_MARGIN_BYTES) plus the user's --buffer."""
-    return F.ADMISSION_EXTERNAL_RESERVE_BYTES + F.ADMISSION_SAFETY_MARGIN_BYTES + buffer_bytes
+    """What each GPU keeps free once all stages are up: the admission reserve plus the user's
+    --buffer."""
+    return ADMISSION_RESERVE_BYTES + buffer_bytes
 
 
 def admission_problems(runs: list, gpus: list[Gpu], sets) -> list[CheckProblem]:
@@ -28,7 +32,7 @@ def admission_problems(runs: list, gpus: list[Gpu], sets) -> list[CheckProblem]:
             on = [r for r in (runs[i] for i in members) if gpu.index in r.devices]
             kv = sum(gpu.total_bytes * r.util_steps // r.resolution for r in on)
             graphs = sum(F.GRAPH_RESERVE_BYTES for r in on if not r.knobs.enforce_eager)
-            need = kv + graphs + F.ADMISSION_EXTERNAL_RESERVE_BYTES + F.ADMISSION_SAFETY_MARGIN_BYTES
+            need = kv + graphs + ADMISSION_RESERVE_BYTES
             if on and need > gpu.total_bytes and (worst is None or need > worst[0]):
                 worst = (need, on)
         undeclared = sorted({r.stage_id for members in sets for r in (runs[i] for i in members)

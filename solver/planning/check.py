@@ -14,10 +14,10 @@ from ..inputs.catalog import PipelineSpec, StageSpec
 from ..inputs.configfile import ConfigFile, StageSetting
 from ..inputs.gpus import Gpu, refuses_bf16
 from ..memory.stage_memory import StageKnobs, stage_memory
-from ..startup.admission import margin_bytes
 from ..startup.engine_checks import BF16_MESSAGE, engine_config_errors
+from ..startup.launch import calibrated, launch, stage_run
 from ..startup.problems import CheckProblem
-from ..startup.simulation import StageRun, StartupReport, simulate
+from ..startup.simulation import StartupReport
 from ..vllm import facts as F
 from ..vllm.facts import SCHEMA_VERSIONS, OmniVersion
 
@@ -274,17 +274,13 @@ def check_config(pipeline: PipelineSpec, gpus: list[Gpu], version: OmniVersion, 
                          for d in rs.devices if refuses_bf16(gpus[d])][:1]
         memory = None if layout else stage_memory(rs.spec, rs.tensor_parallel_size, rs.knobs, version,
                                                   rs.sequence_parallel)
-        if memory is not None and calibration is not None and calibration.model == pipeline.name:
-            memory = calibration.apply(rs.spec.name, memory, rs.tensor_parallel_size)
+        memory = calibrated(calibration, pipeline, rs.spec.name, rs.tensor_parallel_size, memory)
         steps = round(rs.gpu_memory_utilization * UTIL_RESOLUTION)
-        runs.append(StageRun(rs.spec.stage_id, rs.spec.name, rs.spec.has_kv_cache, rs.devices, rs.tensor_parallel_size,
-                             steps, UTIL_RESOLUTION, rs.knobs, memory, rs.kv_pinned_bytes, rs.replicas,
-                             bounded=rs.spec.bounded_by_fraction, vllm=version.vllm,
-                             sequence_parallel=rs.sequence_parallel))
-    index = {st.name: i for i, st in enumerate(pipeline.stages)}
-    groups = tuple(tuple(index[n] for n in group) for group in exclusive)
-    startup = simulate(runs, gpus, upstream=upstream, parallel_init=parallel_init,
-                       margin=margin_bytes(buffer_bytes), exclusive_groups=groups, frontend=pipeline.frontend_gpu_bytes)
+        runs.append(stage_run(rs.spec, version, rs.devices, rs.tensor_parallel_size, steps, UTIL_RESOLUTION, rs.knobs,
+                              memory, kv_pinned_bytes=rs.kv_pinned_bytes, replicas=rs.replicas,
+                              sequence_parallel=rs.sequence_parallel))
+    startup = launch(pipeline, runs, gpus, upstream=upstream, parallel_init=parallel_init, buffer_bytes=buffer_bytes,
+                     exclusive=exclusive)
     for outcome in startup.stages:  # a CFG request's rows must all fit the cache at once
         rows = pipeline.stage(outcome.run.name).kv_rows_per_request
         if outcome.run.has_kv and outcome.started and rows > 1 \

@@ -14,43 +14,43 @@ from ..errors import InputError, NoPlanError
 from ..inputs.catalog import StageSpec
 from ..memory.stage_memory import (
     StageKnobs,
-    StageMemory,
     resolve_knobs,
     stage_memory,
 )
 from ..opt import cpsat, explain
 from ..opt.problem import Problem, StageProblem, TpOption
 from ..startup.engine_checks import bf16_refusal, stage_knob_errors
-from ..startup.simulation import GpuOutcome, StageRun, StartupReport, simulate
+from ..startup.launch import calibrated, exclusive_indices, launch, stage_run
+from ..startup.simulation import GpuOutcome, StageOutcome, StageRun, StartupReport
 from ..vllm.facts import OmniVersion
 from .request import Request
 
 
 @dataclass(frozen=True)
 class StagePlan:
-    """One stage of a plan. Byte figures are per TP rank; KV is the smallest over ranks."""
+    """One stage of a plan: its launch (the start-up model's StageRun: devices, TP, fraction,
+    knobs, memory terms, replicas) and what the start-up model gives it. Byte figures are per
+    TP rank; KV is the smallest over ranks."""
 
     stage: StageSpec
-    devices: tuple[int, ...]
-    tensor_parallel_size: int
-    util_steps: int
-    resolution: int
-    knobs: StageKnobs
-    memory: StageMemory
+    run: StageRun
     kv_cache_bytes: int
     kv_cache_tokens: int
     kv_bytes_per_gpu: dict[int, int]
     headroom_cap: int | None  # requests beyond which KV is no headroom (None: no cap)
-    num_replicas: int = 1  # devices is then the pool: replica r takes a slice of TP of them
     replica_kv_tokens: tuple[int, ...] = ()
 
-    @property
-    def gpu_memory_utilization(self) -> float:
-        return round(self.util_steps / self.resolution, 6)
+    devices = property(lambda self: self.run.devices)  # the pool: replica r takes a slice of TP of them
+    tensor_parallel_size = property(lambda self: self.run.tensor_parallel_size)
+    util_steps = property(lambda self: self.run.util_steps)
+    resolution = property(lambda self: self.run.resolution)
+    knobs = property(lambda self: self.run.knobs)
+    memory = property(lambda self: self.run.memory)
+    num_replicas = property(lambda self: self.run.replicas)
+    gpu_memory_utilization = property(lambda self: self.run.gpu_memory_utilization)
 
     def replica_devices(self) -> tuple[tuple[int, ...], ...]:
-        tp = self.tensor_parallel_size
-        return tuple(tuple(self.devices[r * tp:(r + 1) * tp]) for r in range(self.num_replicas))
+        return self.run.replica_devices()
 
     def replica_headroom(self) -> tuple[float, ...]:
         """Each replica's counted headroom (capped at max_num_seqs without prefix caching)."""
@@ -168,7 +168,8 @@ def build_problem(request: Request) -> tuple[Problem, dict[str, StageKnobs]]:
         if pinned_tp is not None:
             _check_tp(st, pinned_tp, len(gpus), allowed, request.version)
         options = tuple(
-            TpOption(tp=d, memory=calibrated(request, st.name, d, stage_memory(st, d, knobs[st.name], request.version)))
+            TpOption(tp=d, memory=calibrated(request.calibration, pipeline, st.name, d,
+                                            stage_memory(st, d, knobs[st.name], request.version)))
             for d in allowed
             if d <= len(gpus)
         )
@@ -201,20 +202,11 @@ def build_problem(request: Request) -> tuple[Problem, dict[str, StageKnobs]]:
         stages=tuple(stages),
         resolution=request.resolution,
         reserve_bytes=request.margin_bytes,
-        exclusive_groups=request.exclusive_indices(),
+        exclusive_groups=exclusive_indices(pipeline, request.exclusive),
         shared_gpus=len({g.node for g in request.gpus}) == 1,
         frontend_bytes=request.pipeline.frontend_gpu_bytes,
     )
     return problem, knobs
-
-
-def calibrated(request: Request, stage: str, tp: int, memory: StageMemory) -> StageMemory:
-    """The memory terms at TP `tp` with the request's calibration applied (when it is for
-    this model)."""
-    cal = request.calibration
-    if cal is None or cal.model != request.pipeline.name:
-        return memory
-    return cal.apply(stage, memory, tp)
 
 
 def _replica_range(request: Request, st: StageSpec, options, pinned_devices, pinned_tp) -> tuple[int, int | None]:
@@ -270,20 +262,25 @@ def stage_runs(request: Request, problem: Problem, knobs: dict[str, StageKnobs],
     runs = []
     for st, sp, a in zip(request.pipeline.stages, problem.stages, assignments):
         option = sp.options[a.option_index]
-        runs.append(StageRun(st.stage_id, st.name, st.has_kv_cache, a.gpus, option.tp, a.util_steps,
-                             problem.resolution, knobs[st.name], option.memory, replicas=a.replicas,
-                             bounded=st.bounded_by_fraction, vllm=request.version.vllm))
+        runs.append(stage_run(st, request.version, a.gpus, option.tp, a.util_steps, problem.resolution,
+                              knobs[st.name], option.memory, replicas=a.replicas))
     if request.pin_kv:  # the pinned figure is the KV the fraction gives: the same start-up
-        report = simulate(runs, list(request.gpus), upstream=False, parallel_init=True, margin=request.margin_bytes,
-                          exclusive_groups=request.exclusive_indices(), frontend=request.pipeline.frontend_gpu_bytes)
+        report = startup_report(request, runs)
         runs = [replace(r, kv_pinned_bytes=o.kv_cache_bytes) if r.has_kv else r for r, o in zip(runs, report.stages)]
     return runs
 
 
 def startup_report(request: Request, runs: list[StageRun]) -> StartupReport:
     """The start-up model on a plan: vLLM-Omni's capping, the admission rule, the margin."""
-    return simulate(runs, list(request.gpus), upstream=False, parallel_init=True, margin=request.margin_bytes,
-                    exclusive_groups=request.exclusive_indices(), frontend=request.pipeline.frontend_gpu_bytes)
+    return launch(request.pipeline, runs, request.gpus, upstream=False, parallel_init=True,
+                  buffer_bytes=request.buffer_bytes, exclusive=request.exclusive)
+
+
+def stage_plan(st: StageSpec, sp: StageProblem, run: StageRun, outcome: StageOutcome) -> StagePlan:
+    """A stage's plan from its launch and what the start-up model gave it."""
+    per_gpu = {d: b - run.memory.inside_bytes for d, b in sorted(outcome.budget_bytes_per_gpu.items())}
+    return StagePlan(st, run, outcome.kv_cache_bytes, outcome.kv_cache_tokens, per_gpu if st.has_kv_cache else {},
+                     sp.headroom_cap_requests, outcome.replica_kv_tokens)
 
 
 def assemble(request: Request, problem: Problem, knobs: dict[str, StageKnobs], solution: cpsat.Solution) -> Plan:
@@ -293,32 +290,14 @@ def assemble(request: Request, problem: Problem, knobs: dict[str, StageKnobs], s
     report = startup_report(request, runs)
     if report.problems:
         raise RuntimeError("plan fails the start-up model: " + "; ".join(p.message for p in report.problems))
-    stage_plans = []
-    for st, sp, run, outcome in zip(request.pipeline.stages, problem.stages, runs, report.stages):
-        per_gpu = {d: b - run.memory.inside_bytes for d, b in sorted(outcome.budget_bytes_per_gpu.items())}
-        stage_plans.append(
-            StagePlan(
-                stage=st,
-                devices=run.devices,
-                tensor_parallel_size=run.tensor_parallel_size,
-                util_steps=run.util_steps,
-                resolution=run.resolution,
-                knobs=run.knobs,
-                memory=run.memory,
-                kv_cache_bytes=outcome.kv_cache_bytes,
-                kv_cache_tokens=outcome.kv_cache_tokens,
-                kv_bytes_per_gpu=per_gpu if st.has_kv_cache else {},
-                headroom_cap=sp.headroom_cap_requests,
-                num_replicas=run.replicas,
-                replica_kv_tokens=outcome.replica_kv_tokens,
-            )
-        )
+    stage_plans = tuple(stage_plan(st, sp, run, outcome)
+                        for st, sp, run, outcome in zip(request.pipeline.stages, problem.stages, runs, report.stages))
     return Plan(
         request=request,
         status=solution.status.value,
         gap=solution.gap,
         solve_seconds=solution.solve_seconds,
-        stages=tuple(stage_plans),
+        stages=stage_plans,
         gpus=report.gpus,
         notes=solution.notes,
         option_notes=resolve_request_knobs(request)[1],

@@ -8,7 +8,8 @@ from dataclasses import dataclass, replace
 from ..errors import InputError
 from ..opt import cpsat
 from ..startup.simulation import StartupReport
-from .planner import Plan, Request, StagePlan, build_problem, stage_runs, startup_report
+from .planner import Plan, build_problem, stage_plan, stage_runs, startup_report
+from .request import Request
 
 
 @dataclass(frozen=True)
@@ -48,13 +49,8 @@ def evaluate(request: Request, placements: dict[str, Placement]) -> tuple[Plan, 
         assignments.append(cpsat.StageAssignment(sp.option_index(sp.pinned_tp), sp.pinned_devices, steps))
     runs = stage_runs(fixed, problem, knobs, tuple(assignments))
     report = startup_report(fixed, runs)
-    stage_plans = tuple(
-        StagePlan(st, r.devices, r.tensor_parallel_size, r.util_steps, r.resolution, r.knobs, r.memory,
-                  o.kv_cache_bytes, o.kv_cache_tokens,
-                  {d: b - r.memory.inside_bytes for d, b in o.budget_bytes_per_gpu.items()} if st.has_kv_cache else {},
-                  sp.headroom_cap_requests)
-        for st, sp, r, o in zip(fixed.pipeline.stages, problem.stages, runs, report.stages)
-    )
+    stage_plans = tuple(stage_plan(st, sp, r, o)
+                        for st, sp, r, o in zip(fixed.pipeline.stages, problem.stages, runs, report.stages))
     result = Plan(fixed, "given", 0.0, 0.0, stage_plans, report.gpus)
     return result, [p.message for p in report.errors]
 

@@ -10,9 +10,11 @@ from dataclasses import dataclass, field
 from .. import defaults as D
 from ..inputs.catalog import PipelineSpec
 from ..inputs.gpus import Gpu, node_names
+from ..memory.calibration import Calibration
 from ..memory.stage_memory import KvCacheDtype
 from ..startup.admission import margin_bytes
-from ..vllm.facts import GiB, OmniVersion
+from ..errors import InputError
+from ..vllm.facts import SCHEMA_VERSIONS, GiB, OmniVersion, range_text
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,7 @@ class Request:
     # a number N (every stage N times: N whole pipelines), or None: "auto" where the version
     # runs replicas (0.20+), else "1". A replica that adds no headroom is never planned.
     replicas: str | None = None
-    calibration: object | None = None  # calibration.Calibration measured from a start-up log
+    calibration: Calibration | None = None  # measured from a start-up log (`calibrate`)
     time_limit_s: float = D.DEFAULT_TIME_LIMIT_S
     workers: int | None = None  # CP-SAT workers; None: defaults.default_workers()
 
@@ -59,9 +61,6 @@ class Request:
         """Kept free on each GPU once all stages are up (admission reserve + buffer)."""
         return margin_bytes(self.buffer_bytes)
 
-    def exclusive_indices(self) -> tuple[tuple[int, ...], ...]:
-        index = {st.name: i for i, st in enumerate(self.pipeline.stages)}
-        return tuple(tuple(index[name] for name in group) for group in self.exclusive)
 
 
 def command_line(request: Request) -> str:
@@ -135,3 +134,32 @@ def gpu_terms(gpus) -> str:
         else:
             terms.append([1, gpu.name])
     return ",".join(f"{n}x{name}" for n, name in terms)
+
+
+def ensure_renderable(request: Request) -> None:
+    """Refuse (InputError, exit 2) a schema the chosen version's loader does not read, and
+    a legacy file whose stage wiring names functions that version no longer has."""
+    v, schema, pipeline = request.version, request.schema, request.pipeline
+    if not v.reads(schema):
+        raise InputError(
+            f"vLLM-Omni {v.name} does not read the {schema} schema (it is read by vLLM-Omni "
+            f"{range_text(SCHEMA_VERSIONS[schema])}); choose --schema {'deploy' if schema == 'stage-args' else 'stage-args'}"
+            " or another --omni-version"
+        )
+    hosts = node_names(request.gpus)
+    if len(hosts) > 1 and not v.multi_host:
+        raise InputError(
+            f"a plan over {len(hosts)} hosts is written for vLLM-Omni 0.26+: there each host runs its stages "
+            "headless (--stage-id, --omni-dp-size-local) against the head with the file's connectors; 0.22 and 0.24 "
+            "headless stages ignore the connectors (run_headless passes async_chunk=False to "
+            "get_stage_connector_spec, vllm_omni/entrypoints/cli/serve.py), 0.20's single-stage mode runs no LLM "
+            "replicas and 0.18 has no headless mode. Plan one host per pipeline for older versions")
+    if len(hosts) > 1 and not all(st.bounded_by_fraction for st in pipeline.stages):
+        raise InputError(
+            f"a plan of {pipeline.name} over {len(hosts)} hosts is not written: a diffusion stage (its dense runtime, "
+            "and BAGEL's KV received from the thinker) is not modelled across hosts; plan one host")
+    if len(hosts) > 1 and schema != "deploy":
+        raise InputError(f"a plan over {len(hosts)} hosts is written in the deploy schema: use --schema deploy")
+    reason = pipeline.unserved_reason(schema, v.name)
+    if reason is not None:
+        raise InputError(reason)
