@@ -23,12 +23,12 @@ test: venv
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache deploy.yaml
 
-# Regenerate examples/ and the README's generated blocks (comparison table, --help, the
-# no-plan sample); tests/test_examples.py fails when any of them is stale.
+# Regenerate examples/ and the generated blocks of README.md and docs/ (command samples, the
+# pipelines table, the comparison table, --help); tests/test_examples.py fails when any is stale.
 examples: venv
 	$(BIN)/python examples/regenerate.py
 
 # Solve times at scale, CP-SAT against brute force, CLI start-up: one run on this machine,
-# written into the README (figures vary by machine; nothing checks them for staleness).
+# written into docs/speed.md (figures vary by machine; nothing checks them for staleness).
 bench: venv
 	$(BIN)/python benchmarks/solve_times.py --readme

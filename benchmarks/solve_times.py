@@ -2,7 +2,7 @@
 own start-up cost: rerunnable (`make bench`), figures from one run on this machine.
 
     python benchmarks/solve_times.py            # print the tables
-    python benchmarks/solve_times.py --readme   # and write them into README.md
+    python benchmarks/solve_times.py --readme   # and write them into docs/speed.md
 
 Every plan is solved with the default options (replicas as the default picks them), the
 default worker count and the default time limit; "solver s" is the CP-SAT time the plan
@@ -193,13 +193,13 @@ def main() -> None:
     text = report()
     print(text)
     if "--readme" in sys.argv[1:]:
-        readme = ROOT / "README.md"
+        readme = ROOT / "docs" / "speed.md"
         body = readme.read_text()
         if START not in body:
-            raise SystemExit(f"README.md has no {START} block")
+            raise SystemExit(f"docs/speed.md has no {START} block")
         new = re.sub(re.escape(START) + ".*?" + re.escape(END), lambda _: f"{START}\n{text}{END}", body, flags=re.S)
         readme.write_text(new)
-        print("wrote README.md", file=sys.stderr)
+        print("wrote docs/speed.md", file=sys.stderr)
 
 
 if __name__ == "__main__":

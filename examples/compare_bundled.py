@@ -2,7 +2,7 @@
 
 Both are evaluated by the same memory model on 2x H100-80GB. Run:
     .venv/bin/python examples/compare_bundled.py
-and paste the table into the README (tests/test_examples.py checks that it is current).
+and paste the table into docs/cpsat.md (tests/test_examples.py checks that it is current).
 """
 
 from __future__ import annotations

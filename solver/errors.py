@@ -54,3 +54,21 @@ class NoPlanError(AutoconfError):
     def __str__(self) -> str:
         lines = [super().__str__()] + [f"  - {r}" for r in self.reasons]
         return "\n".join(lines)
+
+
+def closest_names(name: str, known: list[str], listing: str) -> str:
+    """The tail of an "unknown NAME" message: the closest known names (case and punctuation
+    ignored) and where the whole list is, never the whole list."""
+    import difflib
+    import re
+
+    def key(text: str) -> str:
+        return re.sub(r"[^0-9a-z]", "", text.lower())
+
+    by_key: dict[str, str] = {}
+    for k in known:
+        by_key.setdefault(key(k), k)
+    found = difflib.get_close_matches(key(name), list(by_key), n=3, cutoff=0.6)
+    names = [by_key[k] for k in found]
+    hint = f"; did you mean {' or '.join(names)}?" if names else ""
+    return f"{hint} ({listing} lists all {len(known)})"

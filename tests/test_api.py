@@ -5,8 +5,10 @@ line's answers as typed results."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -15,6 +17,9 @@ from pydantic import ValidationError
 from omni_autoconf import PlanResult, Request, check, plan
 from omni_autoconf.cli.main import main
 from omni_autoconf.errors import InputError
+
+
+DOCS_API = Path(__file__).resolve().parent.parent / "docs" / "api.md"
 
 
 def cli(*args: str):
@@ -124,3 +129,13 @@ def test_check_gives_the_report_the_command_line_prints(tmp_path):
     assert [p["code"] for p in json.loads(out.stdout)["problems"]] == [p.code for p in report.problems]
     with pytest.raises(InputError, match="nothing.yaml"):
         check(tmp_path / "nothing.yaml", gpus="2xH100-80GB", model="qwen3-omni-moe")
+
+
+def test_the_example_in_the_api_docs_runs_and_prints_what_it_says():
+    blocks = re.findall(r"```python\n(.*?)```", DOCS_API.read_text(), re.S)
+    assert len(blocks) == 1
+    out = subprocess.run([sys.executable, "-c", blocks[0]], capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "optimal" and lines[1] == "['deploy.yaml']"
+    assert "gpus" in out.stdout and "0xH100-80GB" in out.stdout

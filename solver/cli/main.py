@@ -16,7 +16,7 @@ import click
 from .. import __version__
 from .. import defaults as D
 from ..errors import InputError, NoPlanError
-from ..vllm.facts import NEWEST_OMNI_VERSION, OMNI_VERSIONS, GiB
+from ..vllm.facts import NEWEST_OMNI_VERSION, OMNI_VERSIONS, gib_text
 from ..emit.targets import TARGETS
 from .common import OneLineErrors, attach_fixes, once, report_no_plan, run_command
 from .output_files import check_output_path, write_output
@@ -162,10 +162,10 @@ def list_gpus() -> None:
     from ..inputs.gpus import gpu_catalog
 
     for spec in gpu_catalog().values():
-        printed = spec.total_gib if spec.total_gib is not None else spec.capacity_bytes / GiB
         est = (" (estimated)" if spec.estimated else "") + ("" if spec.bf16 else " (no bfloat16)")
         aliases = ", ".join([*spec.aliases, *spec.nvml_names])
-        click.echo(f"{spec.name:<15} {printed:7.2f} GiB = {spec.capacity_bytes:>12} B planned{est}  aliases: {aliases}")
+        click.echo(f"{spec.name:<15} {gib_text(spec.capacity_bytes):>7} GiB = {spec.capacity_bytes:>12} B planned{est}  "
+                   f"aliases: {aliases}")
 
 
 @main.command("models")

@@ -7,12 +7,8 @@ from typing import Any
 
 from .. import __version__
 from ..planning.check import CheckReport
-from ..vllm.facts import GiB
+from ..vllm.facts import gib_text
 from .summary import text_table as _table
-
-
-def _gib(nbytes: float) -> str:
-    return f"{nbytes / GiB:.2f}"
 
 
 def check_dict(report: CheckReport) -> dict[str, Any]:
@@ -83,9 +79,9 @@ def render_check_table(report: CheckReport) -> str:
                 ",".join(map(str, r.devices)),
                 str(r.tensor_parallel_size),
                 f"{r.gpu_memory_utilization:g}" if r.bounded else "-",  # a diffusion stage ignores it
-                _gib(r.memory.weights_bytes) if r.memory else "-",
-                _gib(r.memory.activation_bytes) if r.memory else "-",
-                _gib(o.kv_cache_bytes) if kv else "-",
+                gib_text(r.memory.weights_bytes) if r.memory else "-",
+                gib_text(r.memory.activation_bytes) if r.memory else "-",
+                gib_text(o.kv_cache_bytes) if kv else "-",
                 str(o.kv_cache_tokens) if kv else "-",
                 f"{o.max_concurrency:.2f}" if kv else "-",
                 "yes" if o.started else "NO",
@@ -94,8 +90,8 @@ def render_check_table(report: CheckReport) -> str:
     out = [_table(rows)]
     rows = [("GPU", "name", "total", "used", "margin", "free", "stages")]
     for g in report.gpus:
-        rows.append((str(g.gpu.index), g.gpu.name, _gib(g.gpu.total_bytes), _gib(g.used_bytes),
-                     _gib(g.margin_bytes), _gib(g.free_bytes), ",".join(g.stages) or "-"))
+        rows.append((str(g.gpu.index), g.gpu.name, gib_text(g.gpu.total_bytes), gib_text(g.used_bytes),
+                     gib_text(g.margin_bytes), gib_text(g.free_bytes), ",".join(g.stages) or "-"))
     out.append(_table(rows))
     mode = "upstream vLLM (refuses)" if report.upstream else "vLLM-Omni (caps to free memory)"
     errors = report.errors

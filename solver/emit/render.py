@@ -18,7 +18,7 @@ from ..inputs.configfile import HEAD_FILE_NOTE, HOST_FILE_NOTE
 from ..inputs.gpus import local_index, node_names
 from ..planning.planner import Plan, StagePlan
 from ..planning.request import Request, command_line, ensure_renderable, number_text  # noqa: F401 (re-exported)
-from ..vllm.facts import GiB
+from ..vllm.facts import gib_text
 
 
 class _Dumper(yaml.SafeDumper):
@@ -43,10 +43,6 @@ _Dumper.add_representer(_Quoted, lambda d, s: d.represent_scalar("tag:yaml.org,2
 
 def _dump(data: dict) -> str:
     return yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True, width=100)
-
-
-def _gib(nbytes: float) -> str:
-    return f"{nbytes / GiB:.2f}"
 
 
 def _devices(sp: StagePlan) -> str:
@@ -109,9 +105,9 @@ def header(plan: Plan) -> str:
     for g in plan.gpus:
         where = f" ({g.gpu.node} GPU {local_index(gpus, g.gpu)})" if several else ""
         lines.append(
-            f"  GPU {g.gpu.index}{where} {g.gpu.name} total {_gib(g.gpu.total_bytes)}: "
-            f"requested {_gib(g.requested_bytes)} + outside {_gib(g.outside_bytes)} "
-            f"+ margin {_gib(g.margin_bytes)} -> free {_gib(g.free_bytes)}  [{', '.join(g.stages) or '-'}]"
+            f"  GPU {g.gpu.index}{where} {g.gpu.name} total {gib_text(g.gpu.total_bytes)}: "
+            f"requested {gib_text(g.requested_bytes)} + outside {gib_text(g.outside_bytes)} "
+            f"+ margin {gib_text(g.margin_bytes)} -> free {gib_text(g.free_bytes)}  [{', '.join(g.stages) or '-'}]"
         )
     if not all(sp.stage.bounded_by_fraction for sp in plan.stages):
         lines.append(f"Note: {DIFFUSION_UTIL_NOTE}.")
@@ -122,19 +118,19 @@ def header(plan: Plan) -> str:
                          f"count rows: {sp.headroom / rows:.2f} requests, {sp.knobs.max_num_seqs // rows} at once.")
     if plan.request.pipeline.frontend_gpu_bytes:
         where = "each host's first GPU holds" if several else "GPU 0's outside holds"
-        lines.append(f"Note: {where} {_gib(plan.request.pipeline.frontend_gpu_bytes)} GiB for the API process's "
+        lines.append(f"Note: {where} {gib_text(plan.request.pipeline.frontend_gpu_bytes)} GiB for the API process's "
                      "own front-end encoder, loaded on the first request that needs it.")
     for sp in plan.stages:
         kv = "no KV cache"
         if sp.stage.has_kv_cache:
-            kv = f"KV {_gib(sp.kv_cache_bytes)} = {sp.kv_cache_tokens} tokens = {sp.max_concurrency:.2f} x {sp.knobs.max_model_len}"
+            kv = f"KV {gib_text(sp.kv_cache_bytes)} = {sp.kv_cache_tokens} tokens = {sp.max_concurrency:.2f} x {sp.knobs.max_model_len}"
             if sp.headroom_cap is not None:
                 kv += f", headroom {sp.headroom:.2f} (max_num_seqs {sp.knobs.max_num_seqs}, no prefix caching)"
         replicas = f" x{sp.num_replicas} replicas" if sp.num_replicas > 1 else ""
         lines.append(
             f"  stage {sp.stage.stage_id} {sp.stage.name}: devices {_devices(sp)}{replicas} TP={sp.tensor_parallel_size} "
-            f"util {sp.gpu_memory_utilization:g}: weights {_gib(sp.memory.weights_bytes)}, "
-            f"activations {_gib(sp.memory.activation_bytes)}, {kv} (per rank)"
+            f"util {sp.gpu_memory_utilization:g}: weights {gib_text(sp.memory.weights_bytes)}, "
+            f"activations {gib_text(sp.memory.activation_bytes)}, {kv} (per rank)"
         )
     return "".join(f"# {comment_text(line)}\n" for line in lines)
 

@@ -10,7 +10,8 @@ from .. import __version__
 from ..inputs.gpus import local_index, node_names
 from ..errors import NoPlanError
 from ..planning.planner import Plan
-from .render import DIFFUSION_UTIL_NOTE, _devices, _gib, status_line
+from ..vllm.facts import gib_text
+from .render import DIFFUSION_UTIL_NOTE, _devices, status_line
 
 
 def plan_dict(plan: Plan) -> dict[str, Any]:
@@ -123,11 +124,11 @@ def render_table(plan: Plan) -> str:
             (
                 str(g.gpu.index) + (f" ({g.gpu.node} {local_index(gpus, g.gpu)})" if several else ""),
                 g.gpu.name,
-                _gib(g.gpu.total_bytes),
-                _gib(g.requested_bytes),
-                _gib(g.outside_bytes),
-                _gib(g.margin_bytes),
-                _gib(g.free_bytes),
+                gib_text(g.gpu.total_bytes),
+                gib_text(g.requested_bytes),
+                gib_text(g.outside_bytes),
+                gib_text(g.margin_bytes),
+                gib_text(g.free_bytes),
                 ",".join(g.stages) or "-",
             )
         )
@@ -140,9 +141,9 @@ def render_table(plan: Plan) -> str:
                 _devices(sp),
                 str(sp.tensor_parallel_size) + (f" x{sp.num_replicas}" if sp.num_replicas > 1 else ""),
                 f"{sp.gpu_memory_utilization:g}" + ("" if sp.stage.bounded_by_fraction else "*"),
-                _gib(sp.memory.weights_bytes),
-                _gib(sp.memory.activation_bytes),
-                _gib(sp.kv_cache_bytes) if sp.stage.has_kv_cache else "-",
+                gib_text(sp.memory.weights_bytes),
+                gib_text(sp.memory.activation_bytes),
+                gib_text(sp.kv_cache_bytes) if sp.stage.has_kv_cache else "-",
                 str(sp.kv_cache_tokens) if sp.stage.has_kv_cache else "-",
                 f"{sp.max_concurrency:.2f}" if sp.stage.has_kv_cache else "-",
                 f"{sp.headroom:.2f}" if sp.stage.has_kv_cache else "-",

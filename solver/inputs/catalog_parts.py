@@ -27,6 +27,8 @@ PLANNED_KEYS = ("devices", "tensor_parallel_size", "gpu_memory_utilization", "ma
                 "max_num_batched_tokens", "enforce_eager", "kv_cache_dtype", "max_batch_size", "kv_cache_memory_bytes",
                 "num_replicas")
 
+SOURCE = "Where the numbers come from: keys of the file's `sources`, or the file, log or page itself."
+
 # Flags of OmniVersion a component or profile may depend on (see vllm_facts.OmniVersion).
 VersionFlag = Literal["talker_builds_encoders"]
 
@@ -83,23 +85,24 @@ class StateLayers(Strict):
     ssm_dtype: Literal["float32", "auto"] = Field(
         description="vLLM's mamba_ssm_cache_dtype for this model after its config hook (auto: the conv "
         "state's dtype, the model's); vllm 0.30.0 model_executor/models/config.py NemotronHForCausalLMConfig.")
-    source: str = Field(min_length=1)
+    source: str = Field(min_length=1, description=SOURCE)
 
 
 class Transformer(Strict):
     """Geometry of the stage's decoder (for KV bytes and the profile-run activations)."""
 
     num_layers: int = Field(gt=0, description="Layers with attention (a hybrid's other layers: state_layers).")
-    hidden_size: int = Field(gt=0)
-    num_heads: int = Field(gt=0)
-    num_kv_heads: int = Field(gt=0)
+    hidden_size: int = Field(gt=0, description="The decoder's width.")
+    num_heads: int = Field(gt=0, description="Attention (query) heads; every TP degree must divide it.")
+    num_kv_heads: int = Field(gt=0, description="KV heads (GQA), split over TP down to one per rank.")
     head_dim: int = Field(gt=0, description="Explicit head_dim of the config (Qwen3: 128 != hidden/heads).")
-    vocab_size: int = Field(gt=0)
+    vocab_size: int = Field(gt=0, description="Logits per row: the sampler's profile-run peak.")
     max_position: int = Field(gt=0, description="max_position_embeddings: vLLM's default max_model_len.")
-    mlp: Literal["dense", "moe"]
+    mlp: Literal["dense", "moe"] = Field(description="moe: a fused-MoE workspace and the MoE layer's temporaries.")
     intermediate_size: int = Field(gt=0, description="Dense MLP width, or per-expert width for MoE.")
-    num_experts_per_tok: int = Field(default=0, ge=0)
-    shared_expert_intermediate_size: int = Field(default=0, ge=0)
+    num_experts_per_tok: int = Field(default=0, ge=0, description="MoE top-k (at least 1 for moe).")
+    shared_expert_intermediate_size: int = Field(
+        default=0, ge=0, description="The MoE layer's shared expert width (0: none).")
     qk_norm: bool = Field(default=False, description="RMSNorm on q and k (Qwen3): two more temporaries.")
     deepstack_levels: int = Field(
         default=0, ge=0, description="Deepstack input buffers of max_num_batched_tokens x hidden allocated at load."
@@ -113,7 +116,7 @@ class Transformer(Strict):
     sliding_layers: int = Field(default=0, ge=0, description="How many layers slide (hybrid_kv.py sizes their KV).")
     state_layers: StateLayers | None = Field(
         default=None, description="A hybrid's Mamba2 layers, beside num_layers attention layers.")
-    source: str = Field(min_length=1)
+    source: str = Field(min_length=1, description=SOURCE)
 
     @model_validator(mode="after")
     def _moe_fields(self) -> "Transformer":
@@ -135,12 +138,12 @@ class EncoderProfile(Strict):
 
     budget_tokens: int = Field(gt=0, description="Encoder cache budget, in decoder tokens.")
     patches_per_token: int = Field(gt=0, description="Encoder positions per decoder token (spatial merge^2).")
-    hidden_size: int = Field(gt=0)
-    intermediate_size: int = Field(gt=0)
+    hidden_size: int = Field(gt=0, description="The encoder's width.")
+    intermediate_size: int = Field(gt=0, description="The encoder's MLP width.")
     item_budget_tokens: int = Field(
         default=0, ge=0, description="Set: the profile encodes max(max_num_batched_tokens, this) // this items "
         "(vllm/multimodal/encoder_budget.py), each of item_tokens decoder tokens; budget_tokens is then unused.")
-    item_tokens: int = Field(default=0, ge=0)
+    item_tokens: int = Field(default=0, ge=0, description="Decoder tokens of one item (with item_budget_tokens).")
     items_per_prompt: int = Field(
         default=999, ge=1, description="The file's limit_mm_per_prompt for the profiled modality (vLLM's default 999): "
         "at most max_num_seqs x min(this, max_model_len // item_budget_tokens) items are profiled "
@@ -148,8 +151,8 @@ class EncoderProfile(Strict):
     score_heads: int = Field(
         default=0, ge=0, description="Set: each item's attention scores (heads x positions^2, and their softmax) "
         "are materialised, as SDPA's math path does with a float mask.")
-    only_if: VersionFlag | None = None
-    source: str = Field(min_length=1)
+    only_if: VersionFlag | None = Field(default=None, description="Profiled only in versions where this flag holds.")
+    source: str = Field(min_length=1, description=SOURCE)
 
     @model_validator(mode="after")
     def _items(self) -> "EncoderProfile":
@@ -160,22 +163,22 @@ class EncoderProfile(Strict):
 
 class VisionTower(Strict):
     """A Qwen-VL style vision encoder and the limits its processors put on the dummy video
-    the profile run encodes (profile.py derives the peak from these)."""
+    the profile run encodes (memory/profile_run.py derives the peak from these)."""
 
-    depth: int = Field(gt=0)
-    hidden_size: int = Field(gt=0)
-    intermediate_size: int = Field(gt=0)
-    num_heads: int = Field(gt=0)
-    patch_size: int = Field(gt=0)
-    temporal_patch_size: int = Field(gt=0)
-    spatial_merge_size: int = Field(gt=0)
+    depth: int = Field(gt=0, description="Vision blocks.")
+    hidden_size: int = Field(gt=0, description="The blocks' width.")
+    intermediate_size: int = Field(gt=0, description="The blocks' MLP width.")
+    num_heads: int = Field(gt=0, description="Attention heads of a block.")
+    patch_size: int = Field(gt=0, description="Spatial patch side, in pixels.")
+    temporal_patch_size: int = Field(gt=0, description="Frames per patch.")
+    spatial_merge_size: int = Field(gt=0, description="Patches merged per side into one decoder token.")
     deepstack_layers: int = Field(ge=0, description="Block outputs kept for deepstack (their count).")
     out_hidden_size: int = Field(gt=0, description="Width of each merger output (the decoder's hidden size).")
     image_max_pixels: int = Field(gt=0, description="Image processor max_pixels: what vLLM sizes the dummy for.")
     video_max_pixels: int = Field(gt=0, description="The HF processor's per-frame video limit.")
-    video_min_pixels: int = Field(gt=0)
-    only_if: VersionFlag | None = None
-    source: str = Field(min_length=1)
+    video_min_pixels: int = Field(gt=0, description="The HF processor's per-frame video floor.")
+    only_if: VersionFlag | None = Field(default=None, description="Profiled only in versions where this flag holds.")
+    source: str = Field(min_length=1, description=SOURCE)
 
 
 class GenerationProfile(Strict):
@@ -188,7 +191,8 @@ class GenerationProfile(Strict):
     tokens_per_frame: int = Field(default=1, gt=0, description="Input tokens per decoded frame (codebooks).")
     chunk_frames: int = Field(gt=0, description="Frames decoded at once when chunking.")
     bytes_per_frame: int = Field(gt=0, description="Activation bytes per frame at the peak.")
-    whole_batch_when_streaming: bool = False
+    whole_batch_when_streaming: bool = Field(
+        default=False, description="Streaming (async_chunk), it decodes every frame of the batch at once.")
     frames_from_batch: bool = Field(
         default=True, description="False: the peak decode is chunk_frames whatever max_num_batched_tokens is "
         "(a serving decode sized by the connector's chunks, not by the batch).")
@@ -199,19 +203,19 @@ class GenerationProfile(Strict):
     frames_per_seq: int = Field(
         default=0, ge=0, description="Set: a step decodes at most this many frames per request, so at most "
         "max_num_seqs x this (a streaming window: left context plus chunk).")
-    source: str = Field(min_length=1)
+    source: str = Field(min_length=1, description=SOURCE)
 
 
 class ServingOutside(Strict):
     """Memory a stage's process takes while serving beyond what its fraction accounts for
     (an encoder run on request inputs that no profile run sees); held on each of its GPUs."""
 
-    bytes: int = Field(gt=0)
+    bytes: int = Field(gt=0, description="What it takes on each GPU (the whole stage's with split_over_tp).")
     bytes_per_seq: int = Field(default=0, ge=0, description="More for each of max_num_seqs (batched decodes).")
     split_over_tp: bool = Field(default=False, description="The figures are the whole stage's at TP 1 and each rank "
                                 "holds its share (a copy of the rank's KV).")
     assumes: str = Field(min_length=1, description="The request it is sized for, e.g. a 30 s reference clip.")
-    source: str = Field(min_length=1)
+    source: str = Field(min_length=1, description=SOURCE)
 
 
 
@@ -230,7 +234,7 @@ class DiffusionProfile(Strict):
         "pool_floor_bytes; it refuses to start when the floor does not fit.")
     pool_floor_bytes: int = Field(default=0, ge=0, description="The pool's least (one session), part of peak_bytes.")
     resolution: str = Field(min_length=1, description="The request it is sized for, e.g. 1024x1024 with CFG.")
-    source: str = Field(min_length=1)
+    source: str = Field(min_length=1, description=SOURCE)
 
     @model_validator(mode="after")
     def _pool(self) -> "DiffusionProfile":
@@ -242,15 +246,15 @@ class DiffusionProfile(Strict):
 class BatchRule(Strict):
     """What a stage's max_num_batched_tokens must be beyond vLLM's own rules."""
 
-    minimum: int = Field(gt=0)
-    multiple_of: int = Field(default=1, gt=0)
-    source: str = Field(min_length=1)
+    minimum: int = Field(gt=0, description="The least max_num_batched_tokens.")
+    multiple_of: int = Field(default=1, gt=0, description="max_num_batched_tokens must be a multiple of this.")
+    source: str = Field(min_length=1, description=SOURCE)
 
 
 class TpEvidence(Strict):
     """An upstream config or test that runs a stage at a TP degree, in some versions."""
 
-    tp: int = Field(ge=1)
+    tp: int = Field(ge=1, description="The TP degree (one of the stage's tp_degrees).")
     versions: str = Field(pattern=VERSIONS_PATTERN, description='vLLM-Omni versions, e.g. "0.14-0.30" or "0.20-".')
     source: str = Field(min_length=1, description="The file (wheel or repository path) and what it sets.")
 
@@ -258,25 +262,26 @@ class TpEvidence(Strict):
 class LegacyOverlay(Strict):
     """Legacy (stage_args) fields that only some vLLM-Omni versions' bundled files set."""
 
-    versions: str = Field(pattern=VERSIONS_PATTERN)
-    engine_args: dict[str, Any] = Field(default_factory=dict)
-    source: str = Field(min_length=1)
+    versions: str = Field(pattern=VERSIONS_PATTERN, description="The vLLM-Omni versions it applies to.")
+    engine_args: dict[str, Any] = Field(
+        default_factory=dict, description="engine_args keys set over the stage's legacy_engine_args.")
+    source: str = Field(min_length=1, description=SOURCE)
 
 
 class DeployTopOverlay(Strict):
     """Top-level deploy keys that only some vLLM-Omni versions take (e.g. which registry
     key `pipeline:` names), with what a user must know when that version runs the file."""
 
-    versions: str = Field(pattern=VERSIONS_PATTERN)
-    fields: dict[str, Any] = Field(min_length=1)
+    versions: str = Field(pattern=VERSIONS_PATTERN, description="The vLLM-Omni versions it applies to.")
+    fields: dict[str, Any] = Field(min_length=1, description="Top-level deploy keys; they win over deploy_top.")
     note: str | None = Field(default=None, description="Said in the plan's header for these versions.")
-    source: str = Field(min_length=1)
+    source: str = Field(min_length=1, description=SOURCE)
 
 
 class MemoryDefaults(Strict):
     """Values of the memory knobs when neither the user nor the plan sets them."""
 
-    max_num_seqs: int = Field(gt=0)
-    max_num_batched_tokens: int = Field(gt=0)
-    enforce_eager: bool
+    max_num_seqs: int = Field(gt=0, description="As the bundled file sets it, else vLLM's default.")
+    max_num_batched_tokens: int = Field(gt=0, description="As the bundled file sets it, else vLLM's default.")
+    enforce_eager: bool = Field(description="As the bundled file sets it (false: CUDA graphs are captured).")
     max_model_len: int | None = Field(default=None, gt=0, description="Else the model's max_position (vLLM's default).")

@@ -14,8 +14,9 @@ def extended(variant: dict, filename: str) -> dict:
     its top-level keys replace the base's; its `stages` are partial stages matched by name,
     each key replacing the base stage's, or whole stages the base lacks (a stage_id after the
     base's last), appended. `keep_stages` (base stage names) keeps only those, renumbered in
-    that order, for a topology that runs fewer stages of one checkpoint. One level only: a
-    base extends nothing."""
+    that order, for a topology that runs fewer stages of one checkpoint. The base's `match`
+    rules are not inherited (a variant is another checkpoint or topology: it says its own).
+    One level only: a base extends nothing."""
     base_name = variant["extends"]
     folder = resources.files("omni_autoconf.models")
     if not isinstance(base_name, str) or not base_name.endswith(".yaml") or "/" in base_name \
@@ -24,7 +25,8 @@ def extended(variant: dict, filename: str) -> dict:
     base = parse_mapping(folder.joinpath(base_name).read_text(), base_name, CatalogError)
     if "extends" in base:
         raise CatalogError(f"{filename}: extends {base_name}, which extends another file (one level only)")
-    merged = {**base, **{k: v for k, v in variant.items() if k not in ("extends", "stages", "keep_stages")}}
+    merged = {**{k: v for k, v in base.items() if k != "match"},
+              **{k: v for k, v in variant.items() if k not in ("extends", "stages", "keep_stages")}}
     stages = [dict(st) for st in base.get("stages") or []]
     if "keep_stages" in variant:
         keep = variant["keep_stages"]

@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..defaults import MAX_GPUS
-from ..errors import CatalogError, InputError
+from ..errors import CatalogError, InputError, closest_names
 from ..vllm.facts import GiB
 
 
@@ -126,8 +126,7 @@ def lookup_gpu(name: str) -> GpuSpec:
     """Find a GPU by canonical name, alias or NVML name, ignoring case and punctuation."""
     spec = _alias_index().get(_key(name))
     if spec is None:
-        known = ", ".join(sorted(gpu_catalog()))
-        raise InputError(f"unknown GPU {name!r}; known GPUs: {known}")
+        raise InputError(f"unknown GPU {name!r}{closest_names(name, sorted(gpu_catalog()), '`omni-autoconf gpus`')}")
     return spec
 
 

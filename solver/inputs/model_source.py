@@ -1,7 +1,7 @@
 """`--model`: a catalog name, a local Hugging Face model directory, or a Hub id.
 
-For a checkpoint the pipeline definition (the catalog entry matched by config.json's
-`model_type`, or a one-stage decoder LLM) supplies the stage wiring, and the checkpoint
+For a checkpoint the pipeline definition (the catalog entry whose `match` rules its
+config.json matches, or a one-stage decoder LLM) supplies the stage wiring, and the checkpoint
 every number it has: the decoder geometry from config.json, and each stage's weights
 exactly, as the sum of its tensors' stored sizes in the safetensors headers (quantized
 tensors and their scales at their stored size). Tensors are assigned to stages by the
@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import InputError, closest_names
 from .catalog import (
     DTYPE_BYTES,
     PipelineSpec,
@@ -26,6 +26,7 @@ from .catalog import (
     model_catalog,
     pipeline_from_config,
 )
+from .catalog_match import match_config, names_model_type
 from .checkpoint import (
     Checkpoint,
     looks_like_hub_id,
@@ -33,56 +34,12 @@ from .checkpoint import (
     read_local,
     with_subfolders,
 )
-from .hfconfig import optional_mapping
 from .yamlio import parse_json, read_text
 
 # safetensors dtype -> bytes per element (https://huggingface.co/docs/safetensors)
 _ELEMENT = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "BF16": 2, "F16": 2, "I16": 2, "U16": 2,
             "F8_E4M3": 1, "F8_E5M2": 1, "I8": 1, "U8": 1, "BOOL": 1}
 _REPLICATED = re.compile(r"(norm|\.gate\.weight$|router)")
-# catalog model for a config.json model_type (Qwen2.5-Omni picks its size by the thinker's width;
-# Qwen3-Omni without audio output is the thinker alone, as vLLM-Omni resolves it: 0.30.0 wheel,
-# vllm_omni/model_executor/models/qwen3_omni/pipeline.py resolve_qwen3_omni_pipeline)
-_OMNI = {"qwen3_omni_moe": lambda cfg: "qwen3-omni-moe" if cfg.get("enable_audio_output", True)
-         else "qwen3-omni-moe-thinking",
-         "qwen3_tts": lambda cfg: "qwen3-tts-0.6b" if optional_mapping(cfg, "talker_config", "config.json").get("hidden_size") == 1024
-         else "qwen3-tts-1.7b",
-         "step_audio_2": lambda cfg: "step-audio-2-mini",
-         "fish_qwen3_omni": lambda cfg: "fish-s2-pro",
-         "higgs_audio_v2": lambda cfg: "higgs-audio-v2",
-         "omnivoice": lambda cfg: "omnivoice",
-         # MOSS-TTS only: TTSD, SoundEffect and VoiceGenerator share the model_type with other geometry
-         "moss_tts_delay": lambda cfg: "moss-tts" if cfg.get("n_vq") == 32 and optional_mapping(
-             cfg, "language_config", "config.json").get("num_hidden_layers") == 36 else None,
-         "moss_tts_realtime": lambda cfg: "moss-tts-realtime",
-         "moss_tts_local": lambda cfg: "moss-tts-local-1.5",
-         # the 0.1B Audio8 sibling shares the model_type but is a Falcon-H1 hybrid that 0.30 does not serve
-         # (https://github.com/vllm-project/vllm-omni/pull/6593): None refuses it
-         "arktts": lambda cfg: "audio8-tts-0.6b" if (cfg.get("dim"), cfg.get("n_layer")) == (896, 24) else None,
-         "qwen2_5_omni": lambda cfg: "qwen2.5-omni-3b" if _thinker_hidden(cfg) == 2048 else "qwen2.5-omni-7b"}
-
-
-# catalog pipelines whose checkpoint directories are not read yet, and why
-_CATALOG_ONLY = {
-    "bagel": ("bagel-7b-mot", "its VAE sits in ae.safetensors beside its shards, and both stages load one prefix"),
-    "moss_tts_nano": ("moss-tts-nano", "its weights sit in more than one folder"),
-    "glm_tts": ("glm-tts", "its weights sit in more than one folder"),
-    "minimax_music3": ("minimax-music3", "its root holds no shards: all five parts sit in subfolders"),
-    "auk": ("auk", "an upstream tool assembles it; the stages read their own files"),
-    "Gr00tN1d7": ("gr00t-n1.7-3b", "its backbone's layout comes from another repository's config"),
-    "higgs_multimodal_qwen3": ("higgs-audio-v3-4b", "its codec is bundled in the talker's shards, only its decoder loaded"),
-    "covo_audio": ("covo-audio-chat", "its code2wav reads its own files beside the LM's"),
-    # Audex's repo-root manifest (vllm_omni 0.30.0 model_executor/models/audex/checkpoint.py)
-    "nemotron_labs_audex": ("audex-tts-2b", "each stage reads its own subfolder; audex-s2s-2b, audex-thinker-only-2b "
-                            "and their -30b-a3b siblings are its other pipelines and size"),
-}
-# pipelines matched by architecture where model_type names a plain LLM (vllm_omni 0.30.0
-# model_executor/models/mimo_audio/pipeline.py hf_architectures: model_type qwen2)
-_CATALOG_ONLY_ARCHS = {
-    "MiMoAudioModel": ("mimo-audio-7b", "its audio tokenizer is another checkpoint, which an environment variable names"),
-    "MiMoV2ASRForCausalLM": ("mimo-audio-7b", "vLLM-Omni serves it as the MiMo-Audio pipeline, whose audio tokenizer "
-                             "an environment variable names"),
-}
 # LeRobot policy configs name their kind in `type`, not model_type (vllm_omni 0.30.0 diffusion/data.py:1726-1735)
 _LEROBOT_TYPES = {"pi0": "pi0", "pi05": "pi05"}
 # a diffusers model_index.json class a catalog pipeline's diffusion stage runs, where its model_arch names the
@@ -95,11 +52,6 @@ class ModelSource:
     pipeline: PipelineSpec
     reference: str  # what --model said (reproduces the run)
     notes: tuple[str, ...] = ()
-
-
-def _thinker_hidden(cfg: dict) -> int | None:
-    thinker = optional_mapping(cfg, "thinker_config", "config.json")
-    return (optional_mapping(thinker, "text_config", "config.json thinker_config") or thinker).get("hidden_size")
 
 
 def resolve(text: str) -> ModelSource:
@@ -115,8 +67,8 @@ def resolve(text: str) -> ModelSource:
     if looks_like_hub_id(key):
         _refuse_unread_hub_id(key)
         return from_checkpoint(read_hub(key), key)
-    known = ", ".join(sorted(model_catalog()))
-    raise InputError(f"unknown model {text!r}: not a catalog model ({known}), a model directory, or a Hub id ORG/NAME")
+    hint = closest_names(key, sorted(model_catalog()), "`omni-autoconf models`")
+    raise InputError(f"unknown model {text!r}: not a catalog model, a model directory, or a Hub id ORG/NAME{hint}")
 
 
 # a file in a directory that names a catalog pipeline its config.json does not: Gepard's
@@ -170,31 +122,30 @@ def _json_object(path: Path) -> dict:
 
 
 def _refuse_listed(cfg: dict, reference: str) -> None:
-    """A config whose model_type (_CATALOG_ONLY) or architecture (_CATALOG_ONLY_ARCHS) names a
-    catalog pipeline whose checkpoint is not read: its pointer, for a directory and a Hub id alike."""
-    model_type = cfg.get("model_type")
-    listed = [(f"{model_type} directory", _CATALOG_ONLY[model_type])] if isinstance(model_type, str) \
-        and model_type in _CATALOG_ONLY else []
-    listed += [(f"{arch} checkpoint", _CATALOG_ONLY_ARCHS[arch]) for arch in _names(cfg.get("architectures"))
-               if isinstance(arch, str) and arch in _CATALOG_ONLY_ARCHS]
-    if listed:
-        what, (name, why) = listed[0]
-        raise InputError(f"{reference}: a {what} is not read yet ({why}); plan it by its catalog name: --model {name}")
+    """A config a catalog `match` rule with `refuse` matches (by model_type, else by
+    architecture): its pointer, for a directory and a Hub id alike."""
+    found = match_config(model_catalog(), cfg, reference)
+    if found is not None and found.rule.refuse is not None:
+        raise found.refusal(reference)
 
 
 def from_checkpoint(ckpt: Checkpoint, reference: str) -> ModelSource:
+    """The pipeline of a checkpoint: the catalog entry whose `match` rules its config.json
+    matches (catalog_match.py), else a one-stage decoder LLM."""
     cfg = ckpt.config
     model_type = str(cfg.get("model_type", ""))
-    if model_type in _OMNI:
-        name = _OMNI[model_type](cfg)
-        if name is None:
-            raise InputError(f"{reference}: config.json model_type {model_type!r}, but not the geometry of the "
-                             "checkpoint vLLM-Omni serves for it (see the README's covered pipelines)")
+    found = match_config(model_catalog(), cfg, reference)
+    if found is not None and found.rule.refuse is None:
+        name = found.name
         text, filename = catalog_text(name)
         base = load_pipeline_text(text, filename, config=cfg if lookup_model(name).config else None)
         ckpt = with_subfolders(ckpt, base.checkpoint_subfolders)
+    elif found is not None:  # a Hub id's config (a directory's is refused before its shards are read)
+        raise found.refusal(reference)
+    elif names_model_type(model_catalog(), cfg.get("model_type")):
+        raise InputError(f"{reference}: config.json model_type {model_type!r}, but not the geometry of the "
+                         "checkpoint vLLM-Omni serves for it (see docs/pipelines.md)")
     else:
-        _refuse_listed(cfg, reference)  # a Hub id's config (a directory's is refused before its shards are read)
         if not (any(str(a).endswith("ForCausalLM") for a in _names(cfg.get("architectures")))
                 or "num_hidden_layers" in cfg):
             raise InputError(f"{reference}: config.json model_type {model_type!r} is no pipeline this tool covers")

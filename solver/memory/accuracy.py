@@ -24,7 +24,7 @@ from ..vllm.facts import OMNI_VERSIONS, GiB, OmniVersion
 from .stage_memory import StageKnobs, kv_tokens, stage_memory
 
 FIGURES = ("model_loading_gib", "available_kv_gib", "kv_cache_tokens", "kv_bytes_per_token")
-# The documented bound (README): available KV within max(1 GiB, 10%) of what vLLM printed.
+# The documented bound (docs/accuracy.md): available KV within max(1 GiB, 10%) of what vLLM printed.
 KV_BOUND_GIB, KV_BOUND_FRACTION = 1.0, 0.10
 WEIGHTS_BOUND_FRACTION = 0.03
 

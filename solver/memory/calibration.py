@@ -80,7 +80,7 @@ def to_yaml(cal: Calibration, header: str) -> str:
 
 # What a correction may be: beyond these the log is of another model, TP or GPU, or the
 # file was edited by hand. The exact weights of the bench entries are within 1.9% of the
-# logs (README, Accuracy), so a factor of 2 either way is no calibration of this model.
+# logs (docs/accuracy.md), so a factor of 2 either way is no calibration of this model.
 WEIGHTS_SCALE_RANGE = (0.5, 2.0)
 MAX_TERM_BYTES = 64 * GiB  # one process's activation delta, non-torch or graph memory
 MAX_CALIBRATION_TP = 64

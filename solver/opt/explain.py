@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 
 from ..memory.stage_memory import requested_bytes
-from ..vllm.facts import GiB
+from ..vllm.facts import gib_text
 from . import cpsat
 from .problem import Problem, StageProblem, TpOption
 
@@ -31,7 +31,7 @@ class Requirement:
 
 
 def _gib(nbytes: float) -> str:
-    return f"{nbytes / GiB:.2f} GiB"
+    return f"{gib_text(nbytes)} GiB"
 
 
 def _stage(problem: Problem, name: str) -> StageProblem:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..vllm.facts import GiB
+from ..vllm.facts import GiB, gib_text  # noqa: F401 (re-exported)
 
 # Problem codes, with their severity: an error means the stage (or the GPU) fails; a
 # warning means it starts, but with less than the plan's safety margin.
@@ -34,10 +34,6 @@ PROBLEM_CODES = {
     "beyond-max-position": "warning",
     "below-margin": "warning",
 }
-
-
-def gib_text(nbytes: float) -> str:
-    return f"{nbytes / GiB:.2f}"  # vLLM's format_gib
 
 
 @dataclass(frozen=True)

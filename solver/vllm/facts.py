@@ -16,6 +16,13 @@ from dataclasses import dataclass
 GiB = 1 << 30
 MiB = 1 << 20
 
+
+def gib_text(nbytes: float) -> str:
+    """Bytes as GiB with 2 decimals, the way vLLM prints them (vllm/utils/mem_utils.py
+    format_gib): every GiB figure the tool prints goes through here, so a total reads the
+    same in `gpus`, plans and `check`."""
+    return f"{nbytes / GiB:.2f}"
+
 # --- start-up and budget -----------------------------------------------------------
 
 # KV cache block size in tokens; vLLM allocates whole blocks. (vllm 0.14.1-0.16.0 wheels:
