@@ -1,4 +1,6 @@
-"""The accuracy benchmark on the shipped start-up logs: the documented bounds hold."""
+"""The accuracy benchmark (`omni-autoconf bench accuracy`) on the shipped start-up logs
+(tests/data/accuracy.jsonl): the documented bounds hold, entries it cannot model are skipped
+with a reason, and the default buffer covers the worst over-prediction."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""calibrate, --calibration and --pin-kv."""
+"""`omni-autoconf calibrate` and what it feeds: the start-up log parser, a calibration applied
+by plan and check (--calibration) and refused for another model, version or GPU, how far it
+applies at another TP degree, and KV pinned in the file (--pin-kv)."""
 
 from __future__ import annotations
 

@@ -95,6 +95,7 @@ def test_tp_that_does_not_divide_heads_is_rejected_before_solving():
     assert "thinker" in result.stderr
 
 
+@pytest.mark.slow
 def test_same_input_byte_identical_output():
     args = ["--gpus", "2xH100-80GB", "--model", "qwen3-omni-moe", "-q"]
     assert run(*args).stdout == run(*args).stdout

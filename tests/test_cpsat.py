@@ -102,6 +102,7 @@ def test_min_requests_is_enforced():
     assert cpsat.solve(too_many, 5).status is cpsat.SolveStatus.INFEASIBLE
 
 
+@pytest.mark.slow
 def test_same_problem_same_answer():
     problem = CASES["three GPUs, TP over any pair"]
     first, second = cpsat.solve(problem, 10), cpsat.solve(problem, 10)

@@ -1,6 +1,11 @@
-"""Diffusion pipelines of vLLM-Omni 0.30 beyond BAGEL and OmniVoice: each stage's weights
-against the public counts and sizes it cites, and its bundled file under `check` on the
-cards it is run on. No fraction bounds such a stage, so each is planned at what it holds."""
+"""Diffusion, video and robot-policy pipelines of vLLM-Omni 0.30 (BAGEL is in
+test_tts_and_bagel_pipelines.py, OmniVoice in test_speech_pipelines.py): pi0 and pi0.5, GR00T,
+Wan2.2, GLM-Image, Cosmos3, Lance, DreamZero, Auk, LingBot-World, HunyuanVideo-1.5,
+MammothModa2, the Ming image and omni files, HunyuanImage-3.0 and MiniMax-H3; and the
+parallel degrees beyond tensor parallelism (Ulysses, sequence parallelism) a dit is run at.
+Each stage's weights against the public counts and sizes it cites, and its bundled file
+under `check` on the cards it is run on. No fraction bounds such a stage, so each is planned
+at what it holds."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Sliding-window layers in vLLM's hybrid KV pool (solver/hybrid_kv.py), against vLLM's
+"""Sliding-window layers in vLLM's hybrid KV pool (solver/memory/hybrid_kv.py), against vLLM's
 own arithmetic and one public start-up log."""
 
 from __future__ import annotations

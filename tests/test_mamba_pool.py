@@ -1,6 +1,7 @@
-"""Mamba layers in vLLM's hybrid pool (mamba_pool.py) against public start-up logs: the block
-vLLM sets, its padding, the groups, and the "Maximum concurrency" and "GPU KV cache size" it
-prints for the "Available KV cache memory" it logged."""
+"""Mamba layers in vLLM's hybrid pool (solver/memory/mamba_pool.py) against public start-up
+logs: the block vLLM sets, its padding, the groups, and the "Maximum concurrency" and "GPU KV
+cache size" it prints for the "Available KV cache memory" it logged; Mamba-hybrid checkpoint
+directories (Nemotron-H, Qwen3.6) planned with their state in the pool."""
 
 from __future__ import annotations
 

@@ -65,6 +65,7 @@ def test_json_has_the_documented_fields(qwen3_030):
     assert [s["name"] for s in data["stages"]] == ["thinker", "talker", "code2wav"]
 
 
+@pytest.mark.slow
 def test_same_input_gives_byte_identical_yaml_and_json(qwen3_030):
     again = plan(make_request("qwen3-omni-moe", "2xH100-80GB"))
     assert render_deploy(again) == render_deploy(qwen3_030)

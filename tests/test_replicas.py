@@ -195,6 +195,7 @@ def test_check_splits_a_users_devices_as_that_version_does(version):
             assert [",".join(map(str, ours[r * tp:(r + 1) * tp])) for r in range(replicas)] == expected
 
 
+@pytest.mark.slow
 def test_the_replica_plan_does_not_depend_on_workers():
     texts = {render_deploy(plan(make_request("qwen3-omni-moe", "8xH100-80GB", workers=w))) for w in (1, 2, 8)}
     assert len(texts) == 1
@@ -209,6 +210,7 @@ def _without_solve_seconds(text: str) -> str:
 
 
 @pytest.mark.parametrize("gpus", ["8xH100-80GB", "4xH100-80GB,4xL40S"])
+@pytest.mark.slow
 def test_replica_plans_are_byte_identical_over_20_runs(gpus):
     yamls, jsons = set(), set()
     for run in range(20):
@@ -218,6 +220,7 @@ def test_replica_plans_are_byte_identical_over_20_runs(gpus):
     assert len(yamls) == 1 and len(jsons) == 1
 
 
+@pytest.mark.slow
 def test_replica_plans_do_not_depend_on_the_hash_seed():
     import os
     import subprocess

@@ -1,6 +1,10 @@
-"""Speech pipelines of vLLM-Omni 0.30 beyond Qwen3-TTS and Fish: each entry's counts against
-the public figures it cites, what it builds beyond its checkpoint, and its checkpoint
-directory read from the safetensors headers."""
+"""Speech and audio pipelines of vLLM-Omni 0.30 beyond those of test_tts_and_bagel_pipelines.py
+(Qwen3-TTS, Fish, GLM-TTS, ...): Audio8, IndexTTS 2 and 2.5, Higgs Audio v2 and v3, CosyVoice3,
+MOSS-TTS (and its realtime and local variants), OmniVoice, MiniMax-Music3, PersonaPlex, Ming-TTS,
+Audex, Breeze, Nemotron VoiceChat, MiniCPM-o, the Ming-flash-omni thinker, JoyAI and Aura,
+Covo-Audio and MiMo-Audio. Each entry's counts against the public figures it cites, what it
+builds beyond its checkpoint, its bundled files under `check` on the cards they name, and its
+checkpoint directory read from the safetensors headers."""
 
 from __future__ import annotations
 

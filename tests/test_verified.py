@@ -1,13 +1,19 @@
 """Verified configs are data too: each config a vLLM-Omni release ships as verified on named
 hardware starts on that hardware under `check`, and the plan for that hardware holds at
-least its smallest KV headroom. (The wheels come from PyPI; offline, these tests skip.)"""
+least its smallest KV headroom; a release's file of a version the catalog does not model
+is refused by `check` with exit 2. (The wheels come from PyPI; offline, these tests skip.)
+
+The (model, version) cells are chosen at collection: a version for which FILES names no
+file is not a cell; one the catalog does not model is a refusal cell."""
 
 from __future__ import annotations
 
 import re
 
 import pytest
+from click.testing import CliRunner
 
+from omni_autoconf.cli.main import main
 from omni_autoconf.inputs.catalog import lookup_model
 from omni_autoconf.planning.check import check_config
 from omni_autoconf.inputs.configfile import read_config
@@ -60,16 +66,25 @@ VERIFIED = re.compile(r"(?:verified|validated here) on (?:(\d+)[x×] (H100|L4|H2
 CATALOG_NAME = {"H100": "H100-80GB", "A100": "A100-80GB", "L4": "L4", "H20": "H20", "A40": "A40"}  # the verified comments' cards
 
 
-def _bundled(model: str, version: str):
+def _schema(version: str) -> str:
+    return "deploy" if version >= "0.20" else "stage-args"
+
+
+def _file_name(model: str, version: str) -> str | None:
     legacy, deploy = FILES[model]
-    name = deploy if version >= "0.20" else legacy
-    if name is None:
-        pytest.skip(f"vllm-omni {version} ships no file for {model}")
-    if lookup_model(model).unserved_reason("deploy" if version >= "0.20" else "stage-args", version):
-        pytest.skip(f"{model} is not modelled for vllm-omni {version}")
-    path = wheel_root(version) / "vllm_omni" / name
-    if not path.is_file():
-        pytest.skip(f"vllm-omni {version} ships no {path.name}")
+    return deploy if version >= "0.20" else legacy
+
+
+# the cells: a release's file (FILES names one for that version) the catalog models, and the
+# files of versions it does not model (their refusal is tested instead)
+SHIPPED = [(m, v) for m in sorted(FILES) for v in VERSIONS if _file_name(m, v) is not None]
+MODELLED = [(m, v) for m, v in SHIPPED if lookup_model(m).unserved_reason(_schema(v), v) is None]
+UNMODELLED = [(m, v) for m, v in SHIPPED if (m, v) not in MODELLED]
+
+
+def _bundled(model: str, version: str):
+    path = wheel_root(version) / "vllm_omni" / _file_name(model, version)
+    assert path.is_file(), f"vllm-omni {version} ships no {path.name}"
     if model in MEASURED:
         sentence, gpus = MEASURED[model]
         flat = " ".join(line.strip().lstrip("#").strip() for line in path.read_text().splitlines())
@@ -77,20 +92,37 @@ def _bundled(model: str, version: str):
         return path, gpus
     head = "\n".join(path.read_text().splitlines()[:20])
     m = VERIFIED.search(head)
-    if m is None:
-        pytest.skip(f"{path.name} of {version} names no hardware it was verified on")
+    assert m is not None, f"{path.name} of {version} names no hardware it was verified on"
     count, name = (m.group(1), m.group(2)) if m.group(2) else ("1", m.group(3))
     return path, f"{count}x{CATALOG_NAME[name.upper()]}"
 
 
-@pytest.mark.parametrize("version", VERSIONS)
-@pytest.mark.parametrize("model", sorted(FILES))
+@pytest.mark.parametrize("model, version", MODELLED, ids=["-".join(cell) for cell in MODELLED])
 def test_a_verified_config_starts_on_its_hardware(model, version):
     path, gpus = _bundled(model, version)
     v = omni_version(version)
     config = read_config(str(path), engine_extras=v.deploy_reads_engine_extras)
     report = check_config(lookup_model(model), parse_gpus(gpus), v, config)
     assert report.ok, [p.message for p in report.errors]
+
+
+@pytest.mark.parametrize("model, version", UNMODELLED, ids=["-".join(cell) for cell in UNMODELLED])
+def test_a_release_file_of_a_version_the_catalog_does_not_model_is_refused_by_check(model, version):
+    """The cells the test above leaves out. Where that release does not ship the file yet, the
+    newest release's file stands in: the refusal is the version's, whatever the file says."""
+    reason = lookup_model(model).unserved_reason(_schema(version), version)
+    assert reason is not None and model in reason
+    path = wheel_root(version) / "vllm_omni" / _file_name(model, version)
+    if not path.is_file():
+        path = wheel_root(VERSIONS[-1]) / "vllm_omni" / _file_name(model, VERSIONS[-1])
+    result = CliRunner().invoke(main, ["check", str(path), "--gpus", "1xH200", "--model", model,
+                                       "--omni-version", version])
+    assert result.exit_code == 2, result.stdout + result.stderr
+    assert result.stderr.strip().splitlines() == [f"omni-autoconf: error: {reason}"]
+
+
+def test_every_file_has_a_modelled_version():
+    assert {m for m, _ in MODELLED} == set(FILES)
 
 
 @pytest.mark.parametrize("model", sorted(FILES))

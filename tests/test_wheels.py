@@ -1,6 +1,11 @@
 """Emitted files against the vllm-omni wheel of the version they name (downloaded once,
 cached in .cache/; skipped offline): deploy files go through that version's own
-load_deploy_config, and every dotted name in a legacy file resolves in that wheel."""
+load_deploy_config, and every dotted name in a legacy file resolves in that wheel.
+
+The grids hold only the (model, version, schema) cells the tool writes a file for: which
+those are is decided at collection by the tool's own refusal (ensure_renderable). Every
+other cell is a refusal, and one test asserts it: the command line exits 2 with that
+refusal's one-line message."""
 
 from __future__ import annotations
 
@@ -9,11 +14,14 @@ import dataclasses
 
 import pytest
 import yaml
+from click.testing import CliRunner
 
+from omni_autoconf.cli.main import main
 from omni_autoconf.inputs.catalog import model_catalog
 from omni_autoconf.errors import InputError
 from omni_autoconf.planning.planner import plan
 from omni_autoconf.emit.render import ensure_renderable, render_deploy, render_stage_args
+from omni_autoconf.vllm.facts import in_range
 
 from conftest import make_request
 from wheels import load_stage_config, source
@@ -44,15 +52,31 @@ GPUS_FOR = {"lingbot-world-v2-14b": "2xH200", "hunyuanvideo-1.5-480p-t2v": "2xH2
             "minimax-h3": "3xH200", "minimax-h3-turbo": "3xH200"}
 
 
-@pytest.mark.parametrize("version", DEPLOY_VERSIONS)
-@pytest.mark.parametrize("model", MODELS)
-@pytest.mark.parametrize("kv", ["auto", "fp8"])
-def test_deploy_file_loads_in_that_versions_loader(tmp_path, version, model, kv):
-    request = make_request(model, GPUS_FOR.get(model, "2xH100-80GB"), version, schema="deploy", kv_cache_dtype=kv)
+def _refusal(model: str, gpus: str, version: str, schema: str, kv: str) -> str | None:
+    """The tool's refusal to write this cell's file (exit 2), or None when it writes one."""
     try:
-        ensure_renderable(request)
-    except InputError:
-        pytest.skip(f"{model} has no deploy file in {version} (refused with exit 2)")
+        ensure_renderable(make_request(model, gpus, version, schema=schema, kv_cache_dtype=kv))
+    except InputError as exc:
+        return str(exc)
+    return None
+
+
+# every cell of the two grids: (model, gpus, version, schema, kv)
+CELLS = [(m, GPUS_FOR.get(m, "2xH100-80GB"), v, "deploy", kv) for kv in ("auto", "fp8") for m in MODELS
+         for v in DEPLOY_VERSIONS] + [(m, "2xH100-80GB", v, "stage-args", "auto") for m in MODELS for v in LEGACY_VERSIONS]
+REFUSAL = {cell: _refusal(*cell) for cell in CELLS}
+DEPLOY_CELLS = [(m, g, v, kv) for (m, g, v, s, kv), why in REFUSAL.items() if s == "deploy" and why is None]
+LEGACY_CELLS = [(m, v) for (m, _, v, s, _), why in REFUSAL.items() if s == "stage-args" and why is None]
+REFUSED_CELLS = [cell for cell, why in REFUSAL.items() if why is not None]
+
+
+def _id(cell) -> str:
+    return "-".join(cell)
+
+
+@pytest.mark.parametrize("model, gpus, version, kv", DEPLOY_CELLS, ids=map(_id, DEPLOY_CELLS))
+def test_deploy_file_loads_in_that_versions_loader(tmp_path, model, gpus, version, kv):
+    request = make_request(model, gpus, version, schema="deploy", kv_cache_dtype=kv)
     result = plan(request)
     path = tmp_path / "deploy.yaml"
     path.write_text(render_deploy(result))
@@ -104,14 +128,9 @@ def _defines(version: str, dotted: str) -> bool:
     return any(isinstance(n, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef)) and n.name == name for n in tree.body)
 
 
-@pytest.mark.parametrize("version", LEGACY_VERSIONS)
-@pytest.mark.parametrize("model", MODELS)
-def test_every_dotted_name_in_a_legacy_file_exists_in_that_version(version, model):
+@pytest.mark.parametrize("model, version", LEGACY_CELLS, ids=map(_id, LEGACY_CELLS))
+def test_every_dotted_name_in_a_legacy_file_exists_in_that_version(model, version):
     request = make_request(model, "2xH100-80GB", version, schema="stage-args")
-    try:
-        ensure_renderable(request)
-    except InputError:
-        pytest.skip(f"{model} has no stage_args wiring in {version} (refused with exit 2)")
     doc = yaml.safe_load(render_stage_args(plan(request)))
     names = _dotted_names(doc)
     assert any("stage_input_processors" in n for n in names)
@@ -125,3 +144,25 @@ def test_the_refused_versions_really_lack_the_wiring(model, first_missing):
     pipeline = model_catalog()[model]
     names = [n for st in pipeline.stages for n in _dotted_names(st.legacy_fields) if "stage_input_processors" in n]
     assert names and not all(_defines(first_missing, n) for n in names)
+
+
+def test_the_grids_hold_both_schemas_and_every_model():
+    assert len(DEPLOY_CELLS) >= 2 * len(MODELS) and len(LEGACY_CELLS) >= 10
+    assert {m for m, *_ in DEPLOY_CELLS} == set(MODELS)  # each model has a deploy file in some version
+
+
+@pytest.mark.parametrize("model, gpus, version, schema, kv", REFUSED_CELLS, ids=map(_id, REFUSED_CELLS))
+def test_a_cell_without_a_file_is_refused_with_exit_2(model, gpus, version, schema, kv):
+    """The cells the grids above leave out: no such file is written for that version, and
+    the command line says so in one line and exits 2 (a version outside the catalog's range)."""
+    pipeline = model_catalog()[model]
+    if schema == "deploy":
+        assert not in_range(version, pipeline.deploy_versions)
+    else:
+        assert pipeline.legacy_versions is None or not in_range(version, pipeline.legacy_versions)
+    result = CliRunner().invoke(main, ["--gpus", gpus, "--model", model, "--omni-version", version, "--schema", schema,
+                                       "--kv-cache-dtype", kv, "-q"])
+    assert result.exit_code == 2, result.stderr
+    assert result.stdout == ""
+    assert result.stderr.strip().splitlines() == [f"omni-autoconf: error: {REFUSAL[model, gpus, version, schema, kv]}"]
+    assert model in result.stderr

@@ -1,6 +1,14 @@
-"""The catalog pipelines beyond the three-stage omni models: the Qwen3-Omni thinker alone
-and Qwen3-TTS. Their figures against the public start-up logs they cite, the versions each
-is served on, and the `extends` form a sibling checkpoint's entry takes."""
+"""Qwen3-TTS, BAGEL and the other pipelines first modelled beyond the three-stage omni
+models, and the rules they brought to every catalog entry.
+
+The models: the Qwen3-Omni thinker alone, Qwen3-TTS (1.7B and 0.6B), Step-Audio 2 (ASR and
+two-stage), BAGEL (single stage and think mode), MOSS-TTS-Nano, Voxtral, GLM-TTS, Fish S2 Pro,
+Gepard and VoxCPM2: their figures against the public start-up logs and measurements they
+cite, their bundled files under `check`, their checkpoint directories.
+The rules: the versions each entry is served on (any other refused in one line), the
+`extends` form a sibling checkpoint's entry takes, stages without a KV cache (a diffusion
+stage held at its real use whatever its fraction, in its load order), the API front end's
+room on GPU 0, and a pipeline's edges across hosts."""
 
 from __future__ import annotations
 
