@@ -212,7 +212,7 @@ def test_the_head_prefers_a_stage_its_host_holds_alone():
 
 def test_a_multi_host_plan_is_a_folder_of_files_and_launch_sh(tmp_path):
     out = tmp_path / "plan"
-    result = run("--nodes", "2", "--gpus", "4xH100-80GB", "--model", "qwen3-omni-moe", "-o", out, "-q")
+    result = run("--nodes", "2", "--gpus", "4xH100-80GB", "--model", "qwen3-omni-moe", "-o", f"{out}/", "-q")
     assert result.exit_code == 0, result.stderr
     assert sorted(p.name for p in out.iterdir()) == ["head.yaml", "host-node0.yaml", "host-node1.yaml", "launch.sh"]
     assert "--nodes 2 --gpus 4xH100-80GB" in (out / "host-node0.yaml").read_text().splitlines()[1]
@@ -267,20 +267,20 @@ def test_multi_host_defaults_to_the_deploy_schema():
 
 def test_a_folder_is_replaced_as_a_whole_and_never_holds_what_we_did_not_write(tmp_path):
     out = tmp_path / "plan"
-    assert run("--nodes", "3", "--gpus", "4xH100-80GB", "--model", "qwen3-omni-moe", "-o", out, "-q").exit_code == 0
+    assert run("--nodes", "3", "--gpus", "4xH100-80GB", "--model", "qwen3-omni-moe", "-o", f"{out}/", "-q").exit_code == 0
     assert (out / "host-node2.yaml").exists()
-    assert run("--nodes", "2", "--gpus", "4xH100-80GB", "--model", "qwen3-omni-moe", "-o", out, "-q").exit_code == 0
+    assert run("--nodes", "2", "--gpus", "4xH100-80GB", "--model", "qwen3-omni-moe", "-o", f"{out}/", "-q").exit_code == 0
     assert sorted(p.name for p in out.iterdir()) == ["head.yaml", "host-node0.yaml", "host-node1.yaml", "launch.sh"]  # no node2
     (out / "notes.txt").write_text("mine\n")
     before = {p.name: p.read_text() for p in out.iterdir()}
-    result = run("--nodes", "2", "--gpus", "8xH100-80GB", "--model", "qwen3-omni-moe", "-o", out)
+    result = run("--nodes", "2", "--gpus", "8xH100-80GB", "--model", "qwen3-omni-moe", "-o", f"{out}/")
     assert result.exit_code == 2 and "notes.txt, which omni-autoconf did not write" in result.stderr
     assert {p.name: p.read_text() for p in out.iterdir()} == before  # refused before anything was written
 
 
 def test_check_refuses_host_files_and_host_inventories(tmp_path):
     out = tmp_path / "plan"
-    assert run("--nodes", "2", "--gpus", "4xH100-80GB", "--model", "qwen3-omni-moe", "-o", out, "-q").exit_code == 0
+    assert run("--nodes", "2", "--gpus", "4xH100-80GB", "--model", "qwen3-omni-moe", "-o", f"{out}/", "-q").exit_code == 0
     host_file = run("check", out / "host-node0.yaml", "--gpus", "4xH100-80GB", "--model", "qwen3-omni-moe")
     assert host_file.exit_code == 2 and "multi-host plan" in host_file.stderr
     hosts = run("check", out / "host-node0.yaml", "--gpus", "a=4xH100-80GB;b=4xH100-80GB", "--model", "qwen3-omni-moe",
@@ -315,7 +315,7 @@ def test_launch_sh_starts_each_hosts_processes_and_passes_on_a_failure(tmp_path)
 
     out = tmp_path / "plan"
     gpus = "node0=2xH100-80GB;node1=2xH100-80GB;node2=2xH100-80GB"
-    assert run("--gpus", gpus, "--model", "qwen3-omni-moe", "-o", out, "-q").exit_code == 0
+    assert run("--gpus", gpus, "--model", "qwen3-omni-moe", "-o", f"{out}/", "-q").exit_code == 0
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     log = tmp_path / "calls.log"

@@ -213,7 +213,7 @@ def test_a_tts_plan_over_two_hosts_wires_both_ends_of_each_edge_to_one_cross_hos
     """vLLM-Omni registers an edge from both ends and refuses two connector types for one
     edge (vllm_omni 0.30.0 distributed/omni_connectors/utils/initialization.py)."""
     out = tmp_path / "plan"
-    result = _run("--nodes", "2", "--gpus", "2xH100-80GB", "--model", "qwen3-tts-1.7b", "-o", str(out), "-q")
+    result = _run("--nodes", "2", "--gpus", "2xH100-80GB", "--model", "qwen3-tts-1.7b", "-o", f"{out}/", "-q")
     assert result.exit_code == 0, result.stderr
     files = sorted(out.glob("*.yaml"))
     assert len(files) == 3

@@ -95,6 +95,10 @@ def check_output_folder(output: str | None, hosts: int) -> None:
         raise InputError("an empty file name was given (\"\"); name a folder")
     if os.path.lexists(output) and not os.path.isdir(output):
         raise InputError(f"-o {output}: a plan over {hosts} hosts writes a folder; {output} is not one")
+    if not os.path.lexists(output) and not output.endswith(("/", os.sep)):
+        # a new name without a trailing slash may be meant as a file (plan.yaml): never guess
+        raise InputError(f"-o {output}: a plan over {hosts} hosts writes a folder of files; name an existing folder "
+                         f"or a new one ending in / ({output}/)")
     parent = os.path.dirname(os.path.abspath(output))
     if not os.path.isdir(parent):
         raise InputError(f"-o {output}: folder {parent} does not exist")

@@ -17,9 +17,11 @@ from __future__ import annotations
 import copy
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from .. import defaults as D
 from ..errors import InputError
@@ -50,6 +52,8 @@ class StageSetting:
     mamba_ssm_cache_dtype: str = "auto"  # its SSM state dtype (auto: the model's config hook, else the conv dtype)
     kv_skip_layers: int = 0  # kv_cache_dtype_skip_layers: layers whose KV stays in the model dtype
     sequence_parallel: int = 1  # a diffusion stage's parallel_config sequence-parallel degree (Ulysses x ring)
+    line: int | None = None  # the line of the stage's entry in the file named (None: from a base_config only)
+    keys: tuple[tuple[str, str, int | None], ...] = ()  # (section: "" or engine_args/engine_extras, key, line) as written
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,7 @@ class ConfigFile:
     stages: tuple[StageSetting, ...]
     async_chunk: bool | None = None  # the file's top-level async_chunk (None: the loader's default)
     pipeline: str | None = None  # a deploy file's `pipeline:` override (a registry key of vLLM-Omni)
+    top_keys: tuple[tuple[str, int | None], ...] = ()  # a deploy file's top-level keys (base_config merged), line
 
 
 def _merge(base: Any, overlay: Any) -> Any:
@@ -281,7 +286,33 @@ def _setting(flat: dict, devices: Any, where: str, replicas: Any = None) -> Stag
     )
 
 
-def _legacy(raw: dict, path: str) -> ConfigFile:
+def _lines(text: str) -> dict[tuple, int]:
+    """1-based lines of what a file names, by path: ("", key) a top-level key, (stage_id,) a stage's
+    entry, (stage_id, section, key) its keys (section "" flat, or engine_args/engine_extras). The
+    text was measured by parse_mapping already (bounded depth and size)."""
+    root, out = yaml.compose(text, Loader=yaml.SafeLoader), {}
+    for key, value in root.value if isinstance(root, yaml.MappingNode) else ():
+        out[("", key.value)] = key.start_mark.line + 1
+        for item in value.value if key.value in ("stages", "stage_args") and isinstance(value, yaml.SequenceNode) else ():
+            pairs = item.value if isinstance(item, yaml.MappingNode) else []
+            sid = next((v.value for k, v in pairs if k.value == "stage_id" and isinstance(v, yaml.ScalarNode)), None)
+            out.setdefault((sid,), item.start_mark.line + 1)
+            for k, v in pairs:
+                out.setdefault((sid, "", k.value), k.start_mark.line + 1)
+                for k2, _ in v.value if k.value in ("engine_args", "engine_extras") and isinstance(v, yaml.MappingNode) else ():
+                    out.setdefault((sid, k.value, k2.value), k2.start_mark.line + 1)
+    return out
+
+
+def _keyed(setting: StageSetting, lines: dict, sections: dict[str, Any]) -> StageSetting:
+    """The setting with its entry's line and the keys it writes (section -> mapping)."""
+    sid = str(setting.stage_id)
+    keys = tuple((name, k, lines.get((sid, name, k))) for name, mapping in sections.items()
+                 for k in (mapping if isinstance(mapping, dict) else {}) if isinstance(k, str))
+    return replace(setting, line=lines.get((sid,)), keys=keys)
+
+
+def _legacy(raw: dict, path: str, lines: dict) -> ConfigFile:
     stages = []
     for i, entry in enumerate(_sequence(raw.get("stage_args"), path, "stage_args")):
         where = f"{path}: stage_args[{i}]"
@@ -291,7 +322,8 @@ def _legacy(raw: dict, path: str) -> ConfigFile:
         flat = {**engine_args, "stage_id": entry.get("stage_id")}
         if "max_num_seqs" not in flat and "max_batch_size" in runtime:
             flat["max_num_seqs"] = runtime["max_batch_size"]
-        stages.append(_setting(flat, runtime.get("devices"), where, runtime.get("num_replicas")))
+        stages.append(_keyed(_setting(flat, runtime.get("devices"), where, runtime.get("num_replicas")), lines,
+                             {"engine_args": engine_args}))
     return ConfigFile(path, "stage-args", tuple(stages), _boolean(raw.get("async_chunk"), path, "async_chunk"))
 
 
@@ -318,8 +350,9 @@ def read_config(path: str, platform: str = "cuda", engine_extras: bool = True) -
         raise InputError(f"{path}: the file of host {found.group(1)} of a multi-host plan (it places only that "
                          "host's stages); only a whole pipeline on one host can be judged")
     raw = parse_mapping(text, str(p))
+    lines = _lines(text)
     if "stage_args" in raw:
-        return _legacy(raw, path)
+        return _legacy(raw, path, lines)
     if "stages" not in raw and "base_config" not in raw:
         raise InputError(f"{path}: neither a deploy config (`stages:`) nor a legacy one (`stage_args:`)")
     doc = _resolve_deploy(p.resolve())
@@ -339,8 +372,11 @@ def read_config(path: str, platform: str = "cuda", engine_extras: bool = True) -
         flat = {**pipeline_wide, **entry, **_mapping(entry.get("engine_args"), where, "engine_args"), **extras}
         # runtime.num_replicas wins over a flat key (vllm_omni 0.22+ _parse_stage_deploy)
         replicas = runtime.get("num_replicas", entry.get("num_replicas"))
-        stages.append(_setting(flat, runtime.get("devices", entry.get("devices")), where, replicas))
+        stages.append(_keyed(_setting(flat, runtime.get("devices", entry.get("devices")), where, replicas), lines,
+                             {"": entry, "engine_args": entry.get("engine_args"), "engine_extras": extras}))
     named = doc.get("pipeline")
     if named is not None and (not isinstance(named, str) or not named.isprintable() or len(named) > 200):
         raise InputError(f"{path}: pipeline must be a registry key (one line of text), not {named!r:.80}")
-    return ConfigFile(path, "deploy", tuple(stages), _boolean(doc.get("async_chunk"), path, "async_chunk"), named)
+    return ConfigFile(path, "deploy", tuple(stages), _boolean(doc.get("async_chunk"), path, "async_chunk"), named,
+                      tuple((k, lines.get(("", k))) for k in [*doc, *(["base_config"] if "base_config" in raw else [])]
+                            if isinstance(k, str)))

@@ -7,7 +7,9 @@ then the start-up model (startup.py, the one the planner uses) walks the launch.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import difflib
+from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from ..errors import InputError
 from ..inputs.catalog import PipelineSpec, StageSpec
@@ -15,8 +17,9 @@ from ..inputs.configfile import ConfigFile, StageSetting
 from ..inputs.gpus import Gpu, refuses_bf16
 from ..memory.stage_memory import StageKnobs, stage_memory
 from ..startup.engine_checks import BF16_MESSAGE, engine_config_errors
-from ..startup.launch import calibrated, launch, stage_run
+from ..startup.launch import calibrated, exclusive_indices, launch, stage_run
 from ..startup.problems import CheckProblem
+from ..startup.residency import resident_sets
 from ..startup.simulation import StartupReport
 from ..vllm import facts as F
 from ..vllm.facts import SCHEMA_VERSIONS, OmniVersion
@@ -235,6 +238,87 @@ def _engine_problems(rs: ResolvedSetting, version: OmniVersion) -> list[CheckPro
     return found
 
 
+KEYS_FALLBACK = "0.30"  # the version whose keys stand for those solver/data/stage_keys.yaml does not list
+
+
+@lru_cache(maxsize=None)
+def known_keys(version: str) -> tuple[str, dict[str, frozenset[str]]]:
+    """The keys vLLM-Omni `version` reads (solver/data/stage_keys.yaml, derived from the wheels)
+    and the version they were read from."""
+    from importlib import resources
+
+    import yaml
+
+    data = yaml.safe_load(resources.files("omni_autoconf.data").joinpath("stage_keys.yaml").read_text())["versions"]
+    found = version if version in data else KEYS_FALLBACK
+    return found, {part: frozenset(names) for part, names in data[found].items()}
+
+
+def unknown_keys(config: ConfigFile, version: OmniVersion) -> list[tuple[int | None, str, int | None, str]]:
+    """(stage_id, None at the top level; the key as written; its line; the closest known key) for
+    each key vLLM-Omni does not read: 0.30 hands a stage's unknown keys to OmniEngineArgs, which
+    drops them with a warning (vllm-omni 0.30.0 wheel, config/stage_config.py _parse_stage_deploy,
+    entrypoints/utils.py filter_dataclass_kwargs), and never reads unknown top-level keys."""
+    _, keys = known_keys(version.name)
+    stage = keys["stage"] | keys["engine_args"] | keys["diffusion"]
+    out = [(None, k, line, _closest(k, keys["top_level"])) for k, line in config.top_keys if k not in keys["top_level"]]
+    for st in config.stages:
+        out += [(st.stage_id, f"{section}.{k}" if section else k, line or st.line, _closest(k, stage))
+                for section, k, line in st.keys if k not in stage]
+    return out
+
+
+def _closest(key: str, known: frozenset[str]) -> str:
+    return difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.0)[0]
+
+
+def _key_problems(pipeline: PipelineSpec, config: ConfigFile, version: OmniVersion) -> list[CheckProblem]:
+    source, _ = known_keys(version.name)
+    note = "" if source == version.name else f" (the keys of {source}: {version.name}'s were not derived)"
+    found = []
+    for sid, key, line, closest in unknown_keys(config, version):
+        name = pipeline.stages[sid].name if sid is not None and 0 <= sid < len(pipeline.stages) else None
+        where = f"stage {sid} ({name})" if name else "the top level"
+        found.append(CheckProblem("unknown-key", name, None,
+                                  f"{key}: vLLM-Omni {version.name} reads no such key in {where} and drops it, so it "
+                                  f"runs as if absent; did you mean {closest}?{note}", {}, line))
+    return found
+
+
+def _declared_sum_problems(runs: list, gpus: list[Gpu], pipeline: PipelineSpec, exclusive, version: OmniVersion,
+                           upstream: bool, defaulted: set[int]) -> list[CheckProblem]:
+    """Declared fractions past 1.0 on one GPU, per co-resident set (vllm_omni 0.30.0
+    engine/stage_admission.py refuses them with parallel_stage_init; a sequential start caps or
+    refuses the later stage at its snapshot: worker/memory_utils.py request_memory_tolerant)."""
+    found = []
+    for gpu in gpus:
+        on = max(([r for r in (runs[i] for i in members) if gpu.index in r.devices and r.util_steps]
+                  for members in resident_sets(len(runs), exclusive_indices(pipeline, exclusive))),
+                 key=lambda rs: sum(r.util_steps for r in rs), default=[])
+        total = sum(r.util_steps for r in on)
+        if total <= UTIL_RESOLUTION:
+            continue
+        later = ("upstream vLLM refuses a later stage whose request is not free at its snapshot" if upstream else
+                 f"vLLM-Omni {version.name} caps a later stage's request to the free memory (less than it declares)")
+        found.append(CheckProblem(
+            "declared-sum-over-one", None, gpu.index,
+            f"{gpu.name}: the stages' gpu_memory_utilization sums to {total / UTIL_RESOLUTION:g} > 1.0 ("
+            + ", ".join(f"{r.name} {r.util_steps / UTIL_RESOLUTION:g}" + (" (vLLM's default)" if r.stage_id in defaulted
+                                                                           else "") for r in on) + "); vLLM-Omni's "
+            "parallel_stage_init admission (0.30+, --parallel-init) refuses this launch; started one after another, "
+            + later, {"sum": total / UTIL_RESOLUTION}))
+    return found
+
+
+def _with_lines(problems: list[CheckProblem], pipeline: PipelineSpec, config: ConfigFile) -> tuple[CheckProblem, ...]:
+    """Each problem of a stage with the line of its entry in the file (unless it has a line)."""
+    lines = {}
+    for st in config.stages:
+        if 0 <= st.stage_id < len(pipeline.stages):
+            lines[pipeline.stages[st.stage_id].name] = lines[f"stage{st.stage_id}"] = st.line
+    return tuple(p if p.line is not None or p.stage not in lines else replace(p, line=lines[p.stage]) for p in problems)
+
+
 def check_config(pipeline: PipelineSpec, gpus: list[Gpu], version: OmniVersion, config: ConfigFile, *,
                  upstream: bool | None = None, parallel_init: bool = False, buffer_bytes: int = 0,
                  exclusive: tuple[tuple[str, ...], ...] = (), calibration=None) -> CheckReport:
@@ -265,6 +349,7 @@ def check_config(pipeline: PipelineSpec, gpus: list[Gpu], version: OmniVersion, 
             f"the file names no pipeline; {pipeline.name} runs as pipeline {required!r}, which vLLM-Omni starts only "
             "when a deploy file names it (else the model's default topology)", {}))
     settings = resolve_settings(pipeline, config, version, gpus)
+    problems += _key_problems(pipeline, config, version)
     runs = []
     for rs in settings:
         layout = _layout_problems(rs, len(gpus))
@@ -279,6 +364,8 @@ def check_config(pipeline: PipelineSpec, gpus: list[Gpu], version: OmniVersion, 
         runs.append(stage_run(rs.spec, version, rs.devices, rs.tensor_parallel_size, steps, UTIL_RESOLUTION, rs.knobs,
                               memory, kv_pinned_bytes=rs.kv_pinned_bytes, replicas=rs.replicas,
                               sequence_parallel=rs.sequence_parallel))
+    problems += _declared_sum_problems(runs, gpus, pipeline, exclusive, version, upstream,
+                                       {st.stage_id for st in config.stages if st.gpu_memory_utilization is None})
     startup = launch(pipeline, runs, gpus, upstream=upstream, parallel_init=parallel_init, buffer_bytes=buffer_bytes,
                      exclusive=exclusive)
     for outcome in startup.stages:  # a CFG request's rows must all fit the cache at once
@@ -291,4 +378,4 @@ def check_config(pipeline: PipelineSpec, gpus: list[Gpu], version: OmniVersion, 
                 f"{outcome.run.knobs.max_model_len} one request takes: it starts, and a full-length request never "
                 "completes", {"kv_cache_tokens": outcome.kv_cache_tokens}))
     return CheckReport(config, version, upstream, parallel_init, tuple(settings), startup,
-                       tuple(problems) + startup.problems)
+                       _with_lines(problems + list(startup.problems), pipeline, config))

@@ -28,6 +28,8 @@ PROBLEM_CODES = {
     "cfg-rows-unpaired": "error",
     "gpu-oversubscribed": "error",
     "fraction-below-usage": "warning",
+    "unknown-key": "warning",
+    "declared-sum-over-one": "warning",
     "no-kv-fraction-capped": "warning",
     "stage-batch-rule": "warning",
     "pinned-kv-beyond-fraction": "warning",
@@ -43,6 +45,7 @@ class CheckProblem:
     gpu: int | None
     message: str
     numbers: dict[str, float] = field(default_factory=dict)
+    line: int | None = None  # the line of the file it concerns, where known (a key's, else its stage's)
 
     @property
     def severity(self) -> str:
@@ -50,7 +53,7 @@ class CheckProblem:
 
     def as_dict(self) -> dict:
         return {"code": self.code, "severity": self.severity, "stage": self.stage, "gpu": self.gpu,
-                "message": self.message, "numbers": self.numbers}
+                "message": self.message, "numbers": self.numbers, "line": self.line}
 
 
 def dedup(problems: list[CheckProblem]) -> list[CheckProblem]:
