@@ -3,6 +3,9 @@ own start-up cost: rerunnable (`make bench`), figures from one run on this machi
 
     python benchmarks/solve_times.py            # print the tables
     python benchmarks/solve_times.py --readme   # and write them into docs/speed.md
+    python benchmarks/solve_times.py --models qwen3-omni-moe,qwen2.5-omni-3b   # some models only
+
+Rows print as they are solved; the whole report follows at the end.
 
 Every plan is solved with the default options (replicas as the default picks them), the
 default worker count and the default time limit; "solver s" is the CP-SAT time the plan
@@ -22,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 START, END = "<!-- solve-times:start -->", "<!-- solve-times:end -->"
 
-# (label, --gpus[, --nodes]): 1, 2, 8, 16 and 64 GPUs, one kind and mixed, one host or 8.
+# (label, --gpus[, --nodes]): 1, 2, 8, 16 and 64 GPUs, one kind and mixed, one host or 8; every model.
 INVENTORIES = [
     ("1 GPU", "1xH100-80GB"),
     ("2 GPUs", "2xH100-80GB"),
@@ -37,6 +40,18 @@ INVENTORIES = [
 ]
 
 
+# Fleets, for the flagship only: 512 GPUs over 64 identical hosts, 32 + 32 hosts of two kinds,
+# and 64 GPUs of 8 kinds on one host.
+FLEETS = [
+    ("64 hosts x 8 GPUs", "8xH100-80GB", 64),
+    ("32 + 32 hosts mixed", ";".join([f"node{i}=8xH100-80GB" for i in range(32)]
+                                     + [f"node{i}=8xL40S" for i in range(32, 64)])),
+    ("64 GPUs of 8 kinds", "8xH100-80GB,8xH200,8xA100-80GB,8xA100-40GB,8xL40S,8xH20,8xRTXPRO6000,8xB200"),
+]
+FLAGSHIP = "qwen3-omni-moe"
+SCALE_HEADER = ["model", "GPUs", "status", "smallest headroom", "GPUs used", "replicas", "solver s", "wall s"]
+
+
 def _request(model: str, gpus: str, nodes: int | None = None, **kw):
     from omni_autoconf.inputs.catalog import lookup_model
     from omni_autoconf.inputs.gpus import parse_inventory
@@ -48,25 +63,40 @@ def _request(model: str, gpus: str, nodes: int | None = None, **kw):
                    schema=version.schema, **kw)
 
 
-def scale_rows() -> list[list[str]]:
-    from omni_autoconf.inputs.catalog import model_catalog
-    from omni_autoconf.errors import NoPlanError
+def scale_row(model: str, label: str, gpus: str, *nodes: int) -> list[str]:
+    """One plan as a table row; every documented refusal (an input the tool refuses, no plan,
+    nothing found in time) is a row too, its status the kind of refusal."""
+    from omni_autoconf.errors import InputError, NoPlanError
     from omni_autoconf.planning.planner import plan
 
+    t0 = time.perf_counter()
+    try:
+        result = plan(_request(model, gpus, *nodes))
+    except NoPlanError as exc:
+        return [model, label, exc.status, "-", "-", "-", "-", f"{time.perf_counter() - t0:.2f}"]
+    except InputError as exc:  # e.g. a pipeline that needs more GPUs than given, or no bf16
+        why = str(exc).replace("|", "/")
+        return [model, label, f"refused: {why[:60]}{'...' if len(why) > 60 else ''}", "-", "-", "-", "-",
+                f"{time.perf_counter() - t0:.2f}"]
+    wall = time.perf_counter() - t0
+    used = len({d for sp in result.stages for d in sp.devices})
+    replicas = "/".join(str(sp.num_replicas) for sp in result.stages)
+    status = result.status if result.status == "optimal" else f"{result.status} (gap {result.gap:.2%})"
+    return [model, label, status, f"{result.min_kv_requests:.2f}", f"{used}/{len(result.gpus)}", replicas,
+            f"{result.solve_seconds:.2f}", f"{wall:.2f}"]
+
+
+def scale_rows(models: list[str] | None = None, inventories=None, fleets: bool = True, emit=print) -> list[list[str]]:
+    """Every catalog model (or `models`) on every inventory, and the fleets for the flagship;
+    each row is passed to `emit` as soon as it is solved."""
+    from omni_autoconf.inputs.catalog import catalog_names
+
     rows = []
-    for model in sorted(model_catalog()):
-        for label, gpus, *nodes in INVENTORIES:
-            t0 = time.perf_counter()
-            try:
-                result = plan(_request(model, gpus, *nodes))
-            except NoPlanError as exc:
-                rows.append([model, label, exc.status, "-", "-", "-", "-", f"{time.perf_counter() - t0:.2f}"])
-                continue
-            wall = time.perf_counter() - t0
-            used = len({d for sp in result.stages for d in sp.devices})
-            replicas = "/".join(str(sp.num_replicas) for sp in result.stages)
-            rows.append([model, label, result.status, f"{result.min_kv_requests:.2f}", f"{used}/{len(result.gpus)}",
-                         replicas, f"{result.solve_seconds:.2f}", f"{wall:.2f}"])
+    for model in models or catalog_names():
+        cases = list(inventories or INVENTORIES) + (FLEETS if fleets and model == FLAGSHIP else [])
+        for label, gpus, *nodes in cases:
+            rows.append(scale_row(model, label, gpus, *nodes))
+            emit("| " + " | ".join(rows[-1]) + " |")
     return rows
 
 
@@ -162,15 +192,19 @@ def machine() -> str:
     return f"{cores} cores ({cpu}), Python {platform.python_version()}, OR-Tools {ortools_version}"
 
 
-def report() -> str:
+def report(models: list[str] | None = None, emit=print) -> str:
     from omni_autoconf.defaults import default_workers
 
+    head = (f"Machine: {machine()}; {default_workers()} CP-SAT workers; one run, "
+            f"{time.strftime('%Y-%m-%d', time.gmtime())}.")
+    emit(head)
+    emit("")
+    emit(_table(SCALE_HEADER, []))
+    scale = scale_rows(models, emit=emit)
     parts = [
-        f"Machine: {machine()}; {default_workers()} CP-SAT workers; one run, "
-        f"{time.strftime('%Y-%m-%d', time.gmtime())}.",
+        head,
         "",
-        _table(["model", "GPUs", "status", "smallest headroom", "GPUs used", "replicas", "solver s", "wall s"],
-               scale_rows()),
+        _table(SCALE_HEADER, scale),
         "",
         "CP-SAT against the brute-force enumerator (fractions in steps of 0.1):",
         "",
@@ -190,9 +224,12 @@ def report() -> str:
 
 
 def main() -> None:
-    text = report()
-    print(text)
-    if "--readme" in sys.argv[1:]:
+    args = sys.argv[1:]
+    models = args[args.index("--models") + 1].split(",") if "--models" in args else None
+    text = report(models, emit=lambda line: print(line, flush=True))
+    print()
+    print(text, flush=True)
+    if "--readme" in args:
         readme = ROOT / "docs" / "speed.md"
         body = readme.read_text()
         if START not in body:

@@ -72,6 +72,7 @@ class Request(BaseModel):
     tp: PerStageInt = None
     devices: Union[dict[StrictStr, Union[list[StrictInt], tuple[StrictInt, ...], StrictStr]], list[StrictStr], None] = None
     enforce_eager: Union[dict[StrictStr, StrictBool], StrictStr, list[StrictStr], None] = None
+    dtype: Union[dict[StrictStr, StrictStr], StrictStr, list[StrictStr], None] = None
     max_model_len: PerStageInt = None
     max_num_seqs: PerStageInt = None
     max_num_batched_tokens: PerStageInt = None
@@ -113,7 +114,7 @@ class Request(BaseModel):
             "time_limit": _text(self.time_limit), "workers": _text(self.workers),
         }
         for name in ("tp", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "min_concurrency", "weight",
-                     "enforce_eager"):
+                     "enforce_eager", "dtype"):
             out[name] = _texts(getattr(self, name))
         devices = self.devices
         out["devices"] = tuple(f"{k}={_text(v)}" for k, v in devices.items()) if isinstance(devices, dict) \
@@ -165,14 +166,18 @@ class PlanResult:
         return plan_dict(self.plan) if self.plan is not None else no_plan_dict(self.error)
 
 
-def plan(request: Request, *, fixes: bool = False, fmt: str = "yaml") -> PlanResult:
+def plan(request: Request, *, fixes: bool = False, fmt: str = "yaml",
+         render_options: dict[str, str] | None = None) -> PlanResult:
     """The best plan for `request`, proven optimal where CP-SAT finishes. With no plan, the
     result's status says why (`reasons`); `fixes=True` also searches the proven fixes
-    (`result.error.fixes`). `fmt` picks the files rendered (a `--format` value)."""
-    from .emit.targets import render_files
+    (`result.error.fixes`). `fmt` picks the files rendered (a `--format` value);
+    `render_options` are its options (`{"image": ..., "namespace": ...}` for "k8s"), checked
+    before planning (errors.InputError)."""
+    from .emit.targets import check_options, render_files
     from .planning.planner import plan as solve
 
     resolved = request.resolved
+    render_options = check_options(fmt, resolved, render_options)
     try:
         result = solve(resolved)
     except NoPlanError as exc:
@@ -181,7 +186,7 @@ def plan(request: Request, *, fixes: bool = False, fmt: str = "yaml") -> PlanRes
 
             exc.fixes, exc.fix_search_note = propose_fixes(resolved)
         return PlanResult(exc.status, request, error=exc)
-    return PlanResult(result.status, request, result, render_files(result, fmt))
+    return PlanResult(result.status, request, result, render_files(result, fmt, render_options))
 
 
 def check(config: str | Path, *, gpus: str, model: str | Path, omni_version: str | None = None,
@@ -192,9 +197,10 @@ def check(config: str | Path, *, gpus: str, model: str | Path, omni_version: str
     `problems` with stable codes, each stage's KV, each GPU's map). Invalid input raises
     errors.InputError with the command line's one-line message."""
     from .planning.check import check_config
+    from .planning.check_options import resolve_check
     from .vllm.facts import GiB
 
-    inputs = options.resolve_check({
+    inputs = resolve_check({
         "config": str(config), "gpus": gpus, "model": str(model), "omni_version": omni_version,
         "platform": platform, "buffer": _text(buffer), "exclusive": tuple(exclusive),
         "calibration": None if calibration is None else str(calibration)})

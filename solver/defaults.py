@@ -29,8 +29,12 @@ MAX_TIME_LIMIT_S = 3600.0
 RANDOM_SEED = 0
 MAX_WORKERS = 8
 
-# The largest inventory `--gpus` accepts (8 nodes of 8).
-MAX_GPUS = 64
+# The largest inventory `--gpus` accepts (128 nodes of 8).
+MAX_GPUS = 1024
+# Above this many GPUs over several hosts, identical hosts are solved as one host type with
+# a multiplicity (opt/hosts.py); up to it each host is its own (the plans of 64 GPUs and
+# fewer are the same as before fleets were planned).
+HOST_PATTERN_ABOVE_GPUS = 64
 
 # Input files: only regular files, at most this large, with bounded YAML structure.
 MAX_CONFIG_BYTES = 1 << 20

@@ -3,7 +3,7 @@
 Exit codes (the README's table): 0 a plan was written / the config starts; 1 no plan was
 written (proven infeasible, or the time limit came before any plan) / a problem is
 predicted; 2 the tool could not answer (invalid input, or an internal error); 130
-interrupted.
+interrupted (Ctrl-C, SIGINT); 143 terminated (SIGTERM, what Kubernetes and systemd send).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ EXIT_OK = 0
 EXIT_NO_PLAN = 1
 EXIT_NO_ANSWER = 2
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143  # 128 + SIGTERM's number 15, the status a shell gives a process SIGTERM ended
 
 
 class AutoconfError(Exception):

@@ -54,7 +54,7 @@ def test_parse_gpus_keeps_the_written_order():
     assert [(g.index, g.name) for g in gpus] == [(0, "H100-80GB"), (1, "A100-40GB"), (2, "A100-40GB")]
 
 
-@pytest.mark.parametrize("text", ["", "2x", "0xH100", "2xH100,,", "2xH100;1xL4", "-1xH100", "100xH100"])
+@pytest.mark.parametrize("text", ["", "2x", "0xH100", "2xH100,,", "2xH100;1xL4", "-1xH100", "1025xH100"])
 def test_malformed_gpus_are_input_errors(text):
     with pytest.raises(InputError):
         parse_gpus(text)

@@ -70,7 +70,6 @@ NO_PLAN = {
                                                 "4xL40S", "8xH100-80GB"], ANY),
     "audex-tts-30b-a3b": {"4xL40S": ANY},
     "audex-s2s-30b-a3b": {"4xL40S": ANY},
-    "minicpmo-4.5": {"4xL40S": ("buffer",)},
     "ming-flash-omni-2.0": dict.fromkeys(["1xH200", "2xH100-80GB", "1xH100-80GB,1xA100-80GB", "2xA100-80GB,1xL40S",
                                           "4xL40S", "1xB200,2xRTX4090"], ANY),
     "mammothmoda2-preview": {"4xL40S": ANY},

@@ -261,7 +261,10 @@ def test_output_writes_through_a_symlink_and_refuses_devices(tmp_path):
 
 
 def test_more_gpus_fix_searches_to_the_inventory_limit():
-    result = run("--gpus", "1xL4", *QWEN3, "--format", "json", "-q")
+    # The thinker's knobs named at the bundled values, so that lowering them is not the way out
+    thinker = ("--max-num-batched-tokens", "thinker=32768", "--max-num-seqs", "thinker=64",
+               "--enforce-eager", "thinker=false")
+    result = run("--gpus", "1xL4", *QWEN3, *thinker, "--format", "json", "-q")
     assert result.exit_code == 1
     fixes = json.loads(result.stdout)["fixes"]
     # The thinker fits L4s only at TP=8, which no upstream config runs: the fix says so.

@@ -17,7 +17,19 @@ from .common import once, run_command
 from .output_files import check_output_path, write_output
 
 
-@click.command("calibrate")
+LOG_FORMATS = """\
+LOGS are vLLM / vLLM-Omni start-up logs as the server prints them (stdout or a log file; several
+files are read as one). The lines read, vLLM 0.14.1-0.31 and V0: "Model loading took X GiB"
+(V0: "Loading model weights took X GB"), "Available KV cache memory: X GiB", "GPU KV cache size: N
+tokens", "Maximum concurrency for L tokens per request: Cx", "Free memory on device (F/T GiB) on
+startup. Desired GPU memory utilization is (u, R GiB). Actual usage is ...", "Graph capturing
+finished in S secs, took G GiB" and V0's "Memory profiling results: ...". Stages are told apart
+by vLLM-Omni's "[Stage-N]" and "StageEngineCoreProc_stageN" tags, or by start-up order. Other
+lines are counted, never fatal. `omni-autoconf bench entry LOG --config config.json` turns such
+a log into an accuracy-set entry instead."""
+
+
+@click.command("calibrate", epilog=LOG_FORMATS)
 @click.argument("logs", nargs=-1, required=True)
 @click.option("--config", "config_path", multiple=True, metavar="FILE", help="The stage config the logged start-up used.  [required]")
 @click.option("--gpus", "gpus_text", multiple=True, metavar="NxNAME[,...]", help="The GPUs it ran on.  [required]")

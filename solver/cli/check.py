@@ -51,7 +51,7 @@ def check_command(**o) -> None:
 
 def _check(**o) -> int:
     from ..planning.check import check_config
-    from ..planning.options import resolve_check
+    from ..planning.check_options import resolve_check
 
     fmt = once(o["fmt"], "--format", "table")
     output = once(o["output"], "-o/--output")

@@ -1,8 +1,8 @@
 """What every command shares: strict value parsing, one-line errors, exit codes, output.
 
 Exit codes (errors.py): 0 success; 1 no plan / a problem predicted; 2 no answer (invalid
-input or an internal error); 130 interrupted. Every error is one line on stderr; the
-traceback only with --debug.
+input or an internal error); 130 interrupted; 143 terminated (SIGTERM). Every error is one
+line on stderr; the traceback only with --debug.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from typing import Callable
 import click
 
 from ..errors import (
-    EXIT_INTERRUPTED,
     EXIT_NO_ANSWER,
     AutoconfError,
     InputError,
@@ -63,9 +62,9 @@ def run_command(debug: bool, action: Callable[[], int], on_no_plan: Callable[[No
 
 
 def exit_interrupted() -> None:
-    """One line, exit 130, at once. os._exit: a CP-SAT search stopped midway leaves native
-    threads that abort the process in its exit handlers (seen with OR-Tools 9.15), and
-    nothing is left to flush but the standard streams."""
+    """One line, exit 130 (143 for SIGTERM), at once. os._exit: a CP-SAT search stopped
+    midway leaves native threads that abort the process in its exit handlers (seen with
+    OR-Tools 9.15), and nothing is left to flush but the standard streams."""
     try:
         sys.stdout.flush()
     except BaseException:
@@ -73,7 +72,7 @@ def exit_interrupted() -> None:
     finally:
         sys.stderr.write(interrupts.message() + "\n")
         sys.stderr.flush()
-        os._exit(EXIT_INTERRUPTED)
+        os._exit(interrupts.exit_code())
 
 
 def one_line(text: str) -> str:
@@ -82,7 +81,7 @@ def one_line(text: str) -> str:
 
 class OneLineErrors(click.Group):
     """A click group whose usage errors are one line (not click's usage block) and whose
-    interrupts end with exit 130."""
+    interrupts end with exit 130 (143 for SIGTERM)."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         try:

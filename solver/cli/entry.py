@@ -1,6 +1,6 @@
 """The console script: runs the CLI, and turns an interrupt that arrives before the CLI's
 own handlers exist (while modules load) or after they are done (while Python shuts down)
-into the same one line and exit 130."""
+into the same one line and exit 130 (143 for SIGTERM)."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def run() -> None:
             raise
         sys.stderr.write(interrupts.message() + "\n")
         sys.stderr.flush()
-        os._exit(130)
+        os._exit(interrupts.exit_code())
     # The work is done and the streams are flushed: leave without Python's shutdown, where
     # a late Ctrl-C is only "Exception ignored" and OR-Tools' native threads may abort.
     os._exit(code)

@@ -37,6 +37,8 @@ from .output_files import check_output_path, write_output
 @click.option("--tp", multiple=True, metavar="STAGE=N", help="Fix a stage's tensor_parallel_size (stage name or id).")
 @click.option("--devices", multiple=True, metavar="STAGE=I[,J]", help="Pin a stage to these GPU indices (its TP = their count).")
 @click.option("--enforce-eager", multiple=True, metavar="STAGE=true|false", help="enforce_eager (default: the bundled config's).")
+@click.option("--dtype", multiple=True, metavar="[STAGE=]NAME",
+              help="vLLM's --dtype per stage: auto, bfloat16, float16 (half), float32 (float). Default: auto.")
 @click.option("--max-model-len", multiple=True, metavar="[STAGE=]N", help="max_model_len of KV stages (default: the bundled config's, else the model's maximum position).")
 @click.option("--max-num-seqs", multiple=True, metavar="[STAGE=]N", help="max_num_seqs (default: the bundled config's), where the model can batch that many.")
 @click.option("--max-num-batched-tokens", multiple=True, metavar="[STAGE=]N", help="max_num_batched_tokens (default: the bundled config's).")
@@ -57,6 +59,14 @@ from .output_files import check_output_path, write_output
 @click.option("--time-limit", multiple=True, metavar="SECONDS",
               help=f"Solver time limit; the explanation and the fix search of a request with no plan get as much again each. Default: {D.DEFAULT_TIME_LIMIT_S:g}.")
 @click.option("--workers", multiple=True, metavar="N", help="CP-SAT workers (default: the cores available, at most 8). The plan does not depend on it.")
+@click.option("--image", multiple=True, metavar="IMAGE",
+              help="k8s, helm-values: the container image. Default: the official vllm/vllm-omni tag of the version.")
+@click.option("--namespace", multiple=True, metavar="NAME", help="k8s: the namespace (default: kubectl's current one).")
+@click.option("--name", multiple=True, metavar="NAME", help="k8s: the name of the objects (default: from the model's).")
+@click.option("--model-pvc", multiple=True, metavar="CLAIM",
+              help="k8s: a PersistentVolumeClaim holding the model directory at its root (default: the Hub id).")
+@click.option("--hf-token-secret", multiple=True, metavar="SECRET",
+              help="k8s, helm-values: a Secret whose key `token` becomes HF_TOKEN (gated models).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress line or summary table on stderr.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @click.version_option(__version__, prog_name="omni-autoconf")
@@ -82,7 +92,9 @@ def main(ctx: click.Context, **opts) -> None:
 # repeatable ones it passes as tuples of terms.
 SINGLE = ("gpus", "model", "omni_version", "nodes", "schema", "kv_cache_dtype", "replicas", "calibration", "buffer",
           "resolution", "time_limit", "workers")
-REPEATABLE = ("tp", "devices", "enforce_eager", "max_model_len", "max_num_seqs", "max_num_batched_tokens",
+# Options of the output target (emit/targets.py Target.options), passed to its render.
+RENDER_OPTIONS = ("image", "namespace", "name", "model_pvc", "hf_token_secret")
+REPEATABLE = ("tp", "devices", "enforce_eager", "dtype", "max_model_len", "max_num_seqs", "max_num_batched_tokens",
               "min_concurrency", "weight", "exclusive")
 
 
@@ -116,8 +128,13 @@ def _plan_command(**o) -> int:
     from ..planning.planner import plan
     from .output_files import check_output_folder, write_folder
 
+    from ..emit.targets import check_options
+
     request = build_request(o).resolved
-    target = TARGETS[once(o["fmt"], "--format", "yaml")]
+    fmt = once(o["fmt"], "--format", "yaml")
+    target = TARGETS[fmt]
+    render_options = check_options(fmt, request, {name: once(o[name], "--" + name.replace("_", "-"))
+                                                  for name in RENDER_OPTIONS})
     output = once(o["output"], "-o/--output")
     folder = target.folder(request)
     if folder:
@@ -143,7 +160,7 @@ def _plan_command(**o) -> int:
     except NoPlanError as exc:
         attach_fixes(exc, request, o["quiet"])
         raise
-    files = target.render(result)
+    files = target.render(result, render_options)
     if folder:
         written = write_folder(output, files)
     else:

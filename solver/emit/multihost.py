@@ -30,6 +30,15 @@ vllm_omni/entrypoints/cli/serve.py, engine/stage_engine_startup.py, engine/stage
   sizes KV from the GPU's free memory: the planner gives every GPU one stage
   (Problem.shared_gpus).
 
+Host addresses are no names fixed in the files: each MooncakeStoreConnector address is an
+OmegaConf environment interpolation (`${oc.env:OMNI_MASTER_ADDR,'node0'}`), which every
+version from 0.26 resolves when it loads a deploy file (vllm_omni/config/stage_config.py
+resolve_deploy_yaml: `to_dict(load_yaml_config(path))`, OmegaConf.load then
+OmegaConf.to_container(resolve=True); `oc.env` with a default is OmegaConf 2.1+'s,
+https://omegaconf.readthedocs.io/en/2.3_branch/custom_resolvers.html#oc-env). The default,
+the host's --gpus name, is what a bare host without the variable gets (as before);
+launch.sh and the Kubernetes manifests always set the variables.
+
 Nothing of this has run on a real cluster: it is read from the code.
 """
 
@@ -39,6 +48,7 @@ import copy
 import shlex
 from dataclasses import dataclass, field
 
+from ..inputs.checkpoint import looks_like_hub_id
 from ..inputs.gpus import local_index, node_names
 from ..planning.planner import Plan
 
@@ -52,6 +62,25 @@ MOONCAKE_RPC_PORT = 50051  # mooncake_master --rpc_port, the docs' value
 MOONCAKE_METADATA_PORT = 8080  # mooncake_master --http_metadata_server_port, the docs' value
 CROSS_HOST_CONNECTOR = "connector_across_hosts"
 HEAD_FILE = "head.yaml"
+# The environment a host's processes read (launch.sh and the Kubernetes manifests set them):
+MASTER_ADDR_ENV = "OMNI_MASTER_ADDR"  # an address of the head host: the omni master and Mooncake's master
+HOST_ADDR_ENV = "OMNI_HOST_ADDR"  # this host's own address, which Mooncake's transfer engine announces
+MODEL_ENV = "OMNI_MODEL"  # the model vLLM loads (launch.sh)
+
+
+class Env(str):
+    """A word of a command that is an environment variable's value: launch.sh writes it
+    "$NAME", a Kubernetes container $(NAME), the JSON report ${NAME}."""
+
+    def __new__(cls, name: str) -> "Env":
+        word = super().__new__(cls, "${" + name + "}")
+        word.name = name
+        return word
+
+
+def _from_env(name: str, default: str) -> str:
+    """An OmegaConf interpolation: the variable's value, else `default` (a host name)."""
+    return "${oc.env:" + name + ",'" + default + "'}"
 
 
 @dataclass(frozen=True)
@@ -106,12 +135,16 @@ def head_of(plan: Plan) -> tuple[str, int]:
 
 def _connector(plan: Plan, node: str, master: str) -> dict:
     """MooncakeStoreConnector with the keys its docs name; the local connector's stage-side
-    keys (codec chunking) are kept. `host` is this host's name as --gpus gave it."""
+    keys (codec chunking) are kept. Addresses come from the environment (OMNI_HOST_ADDR:
+    this host's; OMNI_MASTER_ADDR: the head host's, where Mooncake's master runs), with the
+    --gpus names as defaults."""
     extra = {}
     for spec in (plan.request.pipeline.deploy_top.get("connectors") or {}).values():
         extra.update(copy.deepcopy(spec.get("extra") or {}))
-    extra.update(host=node, metadata_server=f"http://{master}:{MOONCAKE_METADATA_PORT}/metadata",
-                 master=f"{master}:{MOONCAKE_RPC_PORT}", proto="tcp")
+    master_addr = _from_env(MASTER_ADDR_ENV, master)
+    extra.update(host=_from_env(HOST_ADDR_ENV, node),
+                 metadata_server=f"http://{master_addr}:{MOONCAKE_METADATA_PORT}/metadata",
+                 master=f"{master_addr}:{MOONCAKE_RPC_PORT}", proto="tcp")
     return {"name": "MooncakeStoreConnector", "extra": extra}
 
 
@@ -147,69 +180,120 @@ def layouts(plan: Plan) -> list[HostLayout]:
     return [HostLayout(head, devices, replicas, connectors, inputs, head=True), *per_host]
 
 
+SCHEMA_FILE_NAMES = {"deploy": "deploy.yaml", "stage-args": "stage_args.yaml"}  # a single host's file
+
+
+def deploy_files(plan: Plan) -> dict[str, str]:
+    """The stage config file(s) vLLM-Omni reads: one, or head.yaml and one per host (what
+    `--format yaml` writes, launch.sh aside)."""
+    from .render import RENDERERS, render_deploy
+
+    if len(node_names([g.gpu for g in plan.gpus])) > 1:
+        return {file_name(layout): render_deploy(plan, layout) for layout in layouts(plan)}
+    return {SCHEMA_FILE_NAMES[plan.request.schema]: RENDERERS[plan.request.schema](plan)}
+
+
 def file_name(layout: HostLayout) -> str:
     """head.yaml, or host-NAME.yaml: no host name can make the head's file name."""
     return HEAD_FILE if layout.head else f"host-{layout.node}.yaml"
 
 
-def _model(plan: Plan) -> str:
+def hub_model(plan: Plan) -> str | None:
+    """The Hub id vLLM loads, or None where the plan read a local model directory (whose
+    path on the planning machine is no path on a serving host)."""
     request = plan.request
-    # a catalog name is no model vLLM can load: its Hugging Face id is
-    reference = request.model_ref if request.model_ref not in (None, request.pipeline.name) else request.pipeline.hf_id
-    return shlex.quote(reference)
+    if request.model_ref in (None, request.pipeline.name):  # a catalog name: its Hugging Face id
+        return request.pipeline.hf_id
+    return request.model_ref if looks_like_hub_id(request.model_ref) else None
 
 
-def commands(plan: Plan, node: str, all_layouts: list[HostLayout]) -> list[tuple[str, bool]]:
-    """The processes of one host, the head first where it runs there: (command, whether
-    it waits for the head's /health first). `all_layouts`: layouts(plan)."""
+def model_reference(plan: Plan) -> str:
+    """What --model named, as vLLM loads it (a catalog name is no model vLLM can load: its
+    Hugging Face id is)."""
+    return hub_model(plan) or plan.request.model_ref
+
+
+def host_order(plan: Plan) -> list[str]:
+    """The hosts with the head first, the others in inventory order: launch.sh's indices and
+    a LeaderWorkerSet's worker indices (the leader is index 0)."""
+    head, _ = head_of(plan)
+    return [head, *(node for node in node_names([g.gpu for g in plan.gpus]) if node != head)]
+
+
+def argv(plan: Plan, node: str, all_layouts: list[HostLayout], model: str | None = None,
+         config_dir: str = "") -> list[tuple[list[str], bool]]:
+    """The processes of one host as argument lists, the head first where it runs there:
+    (argv, whether it waits for the head's /health first). `all_layouts`: layouts(plan);
+    `model`: what vLLM loads (default: model_reference); `config_dir`: the folder of the
+    deploy files ("" : the working directory). Env words are environment variables."""
     head, head_stage = head_of(plan)
-    master = '--omni-master-address "$OMNI_MASTER_ADDR" --omni-master-port "$OMNI_MASTER_PORT"'
+    model = model_reference(plan) if model is None else model
+    master = ["--omni-master-address", Env(MASTER_ADDR_ENV), "--omni-master-port", Env("OMNI_MASTER_PORT")]
     out = []
     if node == head:
         n = all_layouts[0].replicas[head_stage]
-        out.append((f"vllm serve {_model(plan)} --omni --deploy-config {HEAD_FILE} --stage-id {head_stage} {master} "
-                    f"--omni-dp-size-local {n} --port \"$OMNI_API_PORT\" --stage-init-timeout {STAGE_INIT_TIMEOUT_S} "
-                    f"--init-timeout {INIT_TIMEOUT_S}", False))
+        out.append((["vllm", "serve", model, "--omni", "--deploy-config", config_dir + HEAD_FILE, "--stage-id",
+                     str(head_stage), *master, "--omni-dp-size-local", str(n), "--port", Env("OMNI_API_PORT"),
+                     "--stage-init-timeout", str(STAGE_INIT_TIMEOUT_S), "--init-timeout", str(INIT_TIMEOUT_S)], False))
     layout = next(h for h in all_layouts[1:] if h.node == node)
     for stage_id in sorted(layout.replicas):
         if (node, stage_id) == (head, head_stage):
             continue
-        out.append((f"vllm serve {_model(plan)} --omni --deploy-config {file_name(layout)} --headless "
-                    f"--stage-id {stage_id} {master} --omni-dp-size-local {layout.replicas[stage_id]}",
+        out.append((["vllm", "serve", model, "--omni", "--deploy-config", config_dir + file_name(layout), "--headless",
+                     "--stage-id", str(stage_id), *master, "--omni-dp-size-local", str(layout.replicas[stage_id])],
                     stage_id == head_stage))
     return out
 
 
+def shell_words(words: list[str]) -> str:
+    """An argv as one POSIX shell command: Env words as "$NAME", the others quoted."""
+    return " ".join(f'"${w.name}"' if isinstance(w, Env) else shlex.quote(w) for w in words)
+
+
+def commands(plan: Plan, node: str, all_layouts: list[HostLayout], model: str | None = None,
+             config_dir: str = "") -> list[tuple[str, bool]]:
+    """argv(...) as shell commands: (command, whether it waits for the head's /health first)."""
+    return [(shell_words(words), wait) for words, wait in argv(plan, node, all_layouts, model, config_dir)]
+
+
 def launch_script(plan: Plan, header: str, all_layouts: list[HostLayout]) -> str:
-    """A POSIX shell script: `sh launch.sh HOST` starts that host's processes.
-    `all_layouts`: layouts(plan)."""
+    """A POSIX shell script: `sh launch.sh HOST` (or the host's index, 0 the head, as
+    host_order) starts that host's processes. `all_layouts`: layouts(plan)."""
     head, head_stage = head_of(plan)
+    order = host_order(plan)
+    hub = hub_model(plan)
+    crossing = crosses_hosts(plan)
     lines = [
         "#!/bin/sh",
         header.rstrip("\n"),
-        f"# Run `sh launch.sh HOST` on each host, in the folder of these files; on {head} (the head: stage "
-        f"{head_stage}, the API on port $OMNI_API_PORT) first.",
-        f"# OMNI_MASTER_ADDR: an IP address of {head} that every host reaches (its name only if it resolves to that "
-        "interface everywhere); OMNI_MASTER_PORT: a free TCP port there.",
+        f"# Run `sh launch.sh HOST` (or its index: 0 is {head}, the head: stage {head_stage}, the API on port "
+        "$OMNI_API_PORT) on each host, in the folder of these files; the head first.",
+        f"# {MASTER_ADDR_ENV}: an IP address of {head} that every host reaches; OMNI_MASTER_PORT: a free TCP port there; "
+        f"{HOST_ADDR_ENV}: this host's address that the others reach (default: its --gpus name); {MODEL_ENV}: the "
+        "model on this host (" + ("default: the Hub id" if hub else "required: the plan read a local directory") + ").",
         "# The start-up sequence is read from vLLM-Omni's code; no cluster has run it yet.",
     ]
-    if crosses_hosts(plan):
-        lines.append(f"# Every edge uses MooncakeStoreConnector over TCP: start `mooncake_master --rpc_port="
-                     f"{MOONCAKE_RPC_PORT} --enable_http_metadata_server=true --http_metadata_server_port="
-                     f"{MOONCAKE_METADATA_PORT}` on {head} first (pip install mooncake-transfer-engine on every "
-                     "host); the files name hosts by their --gpus names, which must resolve on every host.")
+    if crossing:
+        lines.append(f"# Every edge uses MooncakeStoreConnector over TCP (pip install mooncake-transfer-engine on every "
+                     f"host): on {head}, launch.sh starts `mooncake_master` where it is installed and none answers; "
+                     "every host checks that it answers before starting.")
     names = node_names([g.gpu for g in plan.gpus])
+    lines += ["set -eu", 'case "${1:-}" in']
+    numbered = not any(node.isdigit() for node in names)  # a host named by a number keeps its name only
+    lines += [f"  {node}{f'|{i}' if numbered else ''}) host={node} ;;" for i, node in enumerate(order)]
     lines += [
-        "set -eu",
-        'case "${1:-}" in',
-        f"  {'|'.join(names)}) ;;",
-        f'  *) echo "usage: sh launch.sh HOST (one of: {" ".join(names)})" >&2; exit 2 ;;',
+        f'  *) echo "usage: sh launch.sh HOST (one of: {" ".join(names)}) or its index (0: {head}, the head)" >&2; '
+        "exit 2 ;;",
         "esac",
-        f': "${{OMNI_MASTER_ADDR:?set OMNI_MASTER_ADDR to an IP address of {head}}}"',
+        f': "${{{MASTER_ADDR_ENV}:?set {MASTER_ADDR_ENV} to an IP address of {head}}}"',
         f': "${{OMNI_MASTER_PORT:={MASTER_PORT}}}"',
         f': "${{OMNI_API_PORT:={API_PORT}}}"',
         f': "${{OMNI_HEAD_WAIT_S:={INIT_TIMEOUT_S}}}"',
-        "export OMNI_MASTER_ADDR OMNI_MASTER_PORT OMNI_API_PORT",
+        f': "${{{HOST_ADDR_ENV}:=$host}}"',
+        f'[ -n "${{{MODEL_ENV}:-}}" ] || ' + (f"{MODEL_ENV}={shlex.quote(hub)}" if hub else
+                                             f'{{ echo "launch.sh: set {MODEL_ENV} to the model directory on this host" '
+                                             ">&2; exit 2; }"),
+        f"export {MASTER_ADDR_ENV} OMNI_MASTER_PORT OMNI_API_PORT {HOST_ADDR_ENV} {MODEL_ENV}",
         'cd "$(dirname "$0")"  # the deploy files lie beside this script',
         'pids=""',
         "trap 'kill $pids 2>/dev/null; exit 130' INT  # stopping the script stops its processes",
@@ -222,11 +306,26 @@ def launch_script(plan: Plan, header: str, all_layouts: list[HostLayout]) -> str
         "    sleep 10; waited=$((waited + 10))",
         "  done",
         "}",
-        'case "$1" in',
     ]
-    for node in names:
+    if crossing:
+        metadata = f"http://$OMNI_MASTER_ADDR:{MOONCAKE_METADATA_PORT}/metadata"
+        lines += [
+            f'mooncake_up() {{ curl -sS -o /dev/null "{metadata}" >/dev/null 2>&1; }}  # any HTTP answer',
+            f'if [ "$host" = {head} ] && ! mooncake_up && command -v mooncake_master >/dev/null 2>&1; then',
+            f"  start mooncake_master --rpc_port={MOONCAKE_RPC_PORT} --enable_http_metadata_server=true "
+            f"--http_metadata_server_port={MOONCAKE_METADATA_PORT}",
+            "fi",
+            "waited=0",
+            "until mooncake_up; do",
+            f'  [ "$waited" -lt 120 ] || {{ echo "launch.sh: Mooncake\'s master does not answer at {metadata}: '
+            f'start mooncake_master on {head}" >&2; kill $pids 2>/dev/null; exit 1; }}',
+            "  sleep 5; waited=$((waited + 5))",
+            "done",
+        ]
+    lines.append('case "$host" in')
+    for node in order:
         lines.append(f"  {node})")
-        host_commands = commands(plan, node, all_layouts)
+        host_commands = commands(plan, node, all_layouts, model=Env(MODEL_ENV))
         if not host_commands:  # a GPU that adds no headroom is left idle, a host likewise
             lines += [f'    echo "launch.sh: this plan runs nothing on {node}" >&2', "    ;;"]
             continue
@@ -237,4 +336,3 @@ def launch_script(plan: Plan, header: str, all_layouts: list[HostLayout]) -> str
               'for pid in $pids; do wait "$pid" || { code=$?; [ "$status" -ne 0 ] || status=$code; }; done',
               'exit "$status"']
     return "\n".join(lines) + "\n"
-

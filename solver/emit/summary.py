@@ -32,6 +32,8 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         "model_ref": plan.request.model_ref or plan.request.pipeline.name,
         "model_notes": list(plan.request.model_notes),
         "omni_version": plan.request.version.name,
+        # the patch release --omni-version named, planned as omni_version; present only when one was named
+        **({"omni_version_given": plan.request.omni_version_given} if plan.request.omni_version_given else {}),
         "schema": plan.request.schema,
         "status": plan.status,
         "gap": round(plan.gap, 6),
@@ -97,15 +99,19 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
             for sp in plan.stages
         ],
     }
+    if plan.knobs_lowered:  # only then: a plan at the bundled knobs keeps its bytes
+        out["knobs_lowered"] = [change.as_dict() for change in plan.knobs_lowered]
     if len(node_names(gpus)) > 1:
-        from .multihost import commands, file_name, head_of, layouts
+        from .multihost import argv, file_name, head_of, layouts, shell_words
 
         head, head_stage = head_of(plan)
         all_layouts = layouts(plan)
         out["head"] = {"node": head, "stage_id": head_stage}
         out["deploy_files"] = {file_name(layout): layout.node for layout in all_layouts}
-        out["hosts"] = [{"node": node, "commands": [{"command": c, "after_head": wait}
-                                                    for c, wait in commands(plan, node, all_layouts)]}
+        # argv: the same command as a list of words; "${NAME}" words are environment variables
+        out["hosts"] = [{"node": node, "commands": [{"command": shell_words(words), "after_head": wait,
+                                                     "argv": list(map(str, words))}
+                                                    for words, wait in argv(plan, node, all_layouts)]}
                         for node in node_names(gpus)]
     return out
 
@@ -150,6 +156,9 @@ def render_table(plan: Plan) -> str:
             )
         )
     out.append(text_table(rows))
+    if plan.knobs_lowered:
+        out.append("knobs lowered (the bundled values leave no plan):\n"
+                   + "".join(f"  {change.text()}\n" for change in plan.knobs_lowered))
     per = "; TP xN: N replicas, KV tokens and headroom summed over them" if any(
         sp.num_replicas > 1 for sp in plan.stages) else ""
     if not all(sp.stage.bounded_by_fraction for sp in plan.stages):

@@ -9,6 +9,7 @@ needs. Every number carries its source in the file.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -208,35 +209,87 @@ def load_pipeline_text(text: str, filename: str, config: dict | None = None) -> 
         raise CatalogError(_format_validation_error(filename, exc)) from None
 
 
+def _models_folder():
+    return resources.files("omni_autoconf.models")
+
+
+@lru_cache(maxsize=1)
+def catalog_names() -> tuple[str, ...]:
+    """The shipped entries' names, sorted: each file's stem (its `name`, which _entry checks).
+    Lists the folder and parses nothing, so a run loads only the entry it names."""
+    return tuple(sorted(e.name[:-len(".yaml")] for e in _models_folder().iterdir() if e.name.endswith(".yaml")))
+
+
+@lru_cache(maxsize=None)
+def _entry(name: str) -> PipelineSpec:
+    """One shipped entry (and the file it `extends`), parsed and validated once."""
+    filename = f"{name}.yaml"
+    spec = load_pipeline_text(_models_folder().joinpath(filename).read_text(), filename)
+    if spec.name != name:
+        raise CatalogError(f"{filename}: name {spec.name!r} must be the file's name ({name})")
+    return spec
+
+
 @lru_cache(maxsize=1)
 def model_catalog() -> dict[str, PipelineSpec]:
-    """Every shipped pipeline, keyed by name."""
-    folder = resources.files("omni_autoconf.models")
-    specs: dict[str, PipelineSpec] = {}
-    for entry in sorted(folder.iterdir(), key=lambda p: p.name):
-        if entry.name.endswith(".yaml"):
-            spec = load_pipeline_text(entry.read_text(), entry.name)
-            specs[spec.name] = spec
+    """Every shipped pipeline, keyed by name (`models`, the tests; a plan loads only its own)."""
+    specs = {name: _entry(name) for name in catalog_names()}
     check_rules(specs)
     return specs
 
 
+@dataclass(frozen=True)
+class CatalogHead:
+    """What matching a checkpoint reads of an entry (model_source.py): its top-level keys,
+    over its base's where it `extends` one, without validating its stages."""
+
+    name: str
+    hf_id: str
+    model_arch: str
+    match: tuple[MatchRule, ...]
+    reads_checkpoint: bool  # checkpoint_prefixes given: its safetensors are read
+
+
+@lru_cache(maxsize=1)
+def catalog_heads() -> dict[str, CatalogHead]:
+    """The index matching a config.json needs, for every entry: one C-parsed read of each file,
+    no pipeline validation (tests/test_scale.py checks it against model_catalog())."""
+    raw = {name: parse_mapping(_models_folder().joinpath(f"{name}.yaml").read_text(), f"{name}.yaml", CatalogError)
+           for name in catalog_names()}
+    files = {f"{name}.yaml": data for name, data in raw.items()}
+    heads = {}
+    for name, data in raw.items():
+        base = files.get(data.get("extends"), {}) if "extends" in data else {}
+        top = {**base, **data}
+        try:
+            rules = tuple(MatchRule.model_validate(r) for r in data.get("match") or [])
+        except ValidationError as exc:
+            raise CatalogError(_format_validation_error(f"{name}.yaml", exc)) from None
+        heads[name] = CatalogHead(name, str(top.get("hf_id", "")), str(top.get("model_arch", "")), rules,
+                                  bool(top.get("checkpoint_prefixes")))
+    check_rules(heads)
+    return heads
+
+
 def catalog_text(name: str) -> tuple[str, str]:
     """(text, file name) of a shipped catalog file, for re-reading it over another config."""
-    folder = resources.files("omni_autoconf.models")
-    for entry in folder.iterdir():
-        if entry.name.endswith(".yaml") and load_pipeline_text(entry.read_text(), entry.name).name == name:
-            return entry.read_text(), entry.name
-    raise InputError(f"no catalog file for {name}")
+    if name not in catalog_names():
+        raise InputError(f"no catalog file for {name}")
+    filename = f"{name}.yaml"
+    return _models_folder().joinpath(filename).read_text(), filename
+
+
+def catalog_key(name: str) -> str:
+    """A --model name as the catalog spells it (case-insensitive; `_` and `-` alike)."""
+    return name.strip().lower().replace("_", "-")
 
 
 def lookup_model(name: str) -> PipelineSpec:
     """A shipped pipeline by name (case-insensitive; `_` and `-` alike)."""
-    key = name.strip().lower().replace("_", "-")
-    catalog = model_catalog()
-    if key not in catalog:
-        raise InputError(f"unknown model {name!r}; known models: {', '.join(sorted(catalog))}")
-    return catalog[key]
+    key = catalog_key(name)
+    if key not in catalog_names():
+        raise InputError(f"unknown model {name!r}; known models: {', '.join(catalog_names())}")
+    return _entry(key)
 
 
 def pipeline_from_config(cfg: dict, name: str, where: str = "config.json") -> PipelineSpec:

@@ -28,6 +28,11 @@ class GpuSpec(BaseModel):
     name: str = Field(min_length=1, description="Canonical name, as used in --gpus.")
     nvml_names: list[str] = Field(description="Names NVML reports for this part.")
     aliases: list[str] = Field(default_factory=list, description="Other accepted names.")
+    gpu_product_labels: list[str] = Field(
+        default_factory=list,
+        description="Values of the node label nvidia.com/gpu.product that NVIDIA GPU feature discovery sets for this "
+                    "part (its NVML names, sanitised as k8s-device-plugin v0.20.0 internal/lm/resource.go does); "
+                    "empty: unknown, and `--format k8s` writes no node selector.")
     total_gib: float | None = Field(default=None, gt=0, lt=4096, description="CUDA total, GiB, 2 decimals.")
     total_bytes: int | None = Field(default=None, gt=0, description="CUDA total in bytes, when known exactly.")
     nvlink: bool = Field(description="Whether the part has NVLink between GPUs of a node.")

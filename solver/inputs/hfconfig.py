@@ -13,9 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import CatalogError, InputError
+from .config_defaults import Layout, layout_of, with_class_defaults
+from .quantization import linear_components, load_dtype
 from .sliding_layers import sliding_layout
 
-_DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "half": "float16", "float32": "float32", "float": "float32"}
 
 
 def _get(cfg: dict, *keys, default=None):
@@ -63,8 +64,10 @@ def max_position(cfg: dict) -> int:
     return length
 
 
-def _layer_params(cfg: dict, where: str) -> tuple[int, int, int, str, dict[str, Any]]:
-    """(linear params per layer summed over layers, replicated params, MLP kind, geometry)."""
+def _layer_params(cfg: dict, where: str, layout: Layout = Layout(),
+                  parts: dict | None = None) -> tuple[int, int, str, dict[str, Any]]:
+    """(linear params summed over layers, replicated params, MLP kind, geometry), the projections
+    and biases as `layout` (vLLM's model class) builds them; `parts` gets the routed experts' share."""
     hidden = _int(cfg, where, "hidden_size")
     layers = _int(cfg, where, "num_hidden_layers")
     heads = _int(cfg, where, "num_attention_heads")
@@ -83,12 +86,17 @@ def _layer_params(cfg: dict, where: str) -> tuple[int, int, int, str, dict[str, 
         head_dim = _int(cfg, where, "head_dim", default=max(1, hidden // heads))
         q, kv = heads * head_dim, kv_heads * head_dim
         attn = hidden * (q + 2 * kv) + q * hidden
-        if cfg.get("attention_bias") or cfg.get("model_type") == "qwen2":
-            attn += q + 2 * kv
+        attn += (q + 2 * kv if layout.qkv_bias else 0) + (hidden if layout.o_bias else 0)
         geometry["head_dim"] = head_dim
     experts = _int(cfg, where, "num_experts", "num_local_experts", "n_routed_experts", default=0, least=0)
     dense_i = _int(cfg, where, "intermediate_size")
-    replicated = layers * 2 * hidden + hidden  # norms
+    norm = 2 if layout.layer_norm else 1  # LayerNorm: weight and bias
+    replicated = (layers * layout.norms_per_layer + 1) * hidden * norm
+
+    def mlp_params(width: int) -> int:  # gate_up + down, or fc1 + fc2; their biases where the class has them
+        return (3 if layout.gated_mlp else 2) * hidden * width + (
+            ((2 if layout.gated_mlp else 1) * width + hidden) if layout.mlp_bias else 0)
+
     if experts:
         moe_i = _int(cfg, where, "moe_intermediate_size", default=dense_i)
         shared = _int(cfg, where, "shared_expert_intermediate_size", default=0, least=0) or (
@@ -97,12 +105,16 @@ def _layer_params(cfg: dict, where: str) -> tuple[int, int, int, str, dict[str, 
         if dense_layers > layers:
             raise InputError(f"{where}: first_k_dense_replace {dense_layers} exceeds num_hidden_layers {layers}")
         moe_layers = layers - dense_layers
-        mlp = moe_layers * (experts * 3 * hidden * moe_i + 3 * hidden * shared) + dense_layers * 3 * hidden * dense_i
-        replicated += moe_layers * hidden * experts  # routers
+        routed = moe_layers * experts * mlp_params(moe_i)
+        mlp = routed + moe_layers * (mlp_params(shared) if shared else 0) + dense_layers * mlp_params(dense_i)
+        replicated += moe_layers * (hidden + (1 if layout.mlp_bias else 0)) * experts  # routers (and their bias)
+        if parts is not None:
+            parts["experts"] = routed
+            parts["expert_dims"] = (moe_layers * experts, hidden, moe_i)
         geometry.update(mlp="moe", intermediate_size=moe_i, num_experts_per_tok=_int(cfg, where, "num_experts_per_tok"),
                         shared_expert_intermediate_size=shared)
     else:
-        mlp = layers * 3 * hidden * dense_i
+        mlp = layers * mlp_params(dense_i)
         geometry.update(mlp="dense", intermediate_size=dense_i)
     return layers * attn + mlp, replicated, geometry["mlp"], geometry
 
@@ -281,22 +293,25 @@ def one_stage_pipeline(cfg: dict, name: str, where: str = "config.json") -> dict
                                                                     "encoder", "talker", "tts")):
             raise InputError(f"{where}: a multimodal model ({key}) is not modelled as a one-stage LLM: its encoder's "
                              "profile run would be left out of the plan")
+    cfg = with_class_defaults(cfg)  # what transformers' config class gives where the file is silent
+    architectures = cfg.get("architectures") or [str(cfg.get("model_type", "decoder"))]
+    if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
+        raise InputError(f"{where}: architectures must be a list of names, not {architectures!r}")
+    parts: dict = {}
     state_reader = _STATE_LAYER_READERS.get(str(cfg.get("model_type")))
     if state_reader is not None:  # Mamba2 or Gated DeltaNet layers beside attention: mamba_pool.py sizes their state
         linear, replicated, _, geometry = state_reader(cfg, where)
         window = sliding = 0
+        layout = Layout()
     else:
-        linear, replicated, _, geometry = _layer_params(cfg, where)
-        window, sliding = sliding_layout(cfg, geometry["num_layers"], where)
+        window, sliding = sliding_layout(cfg, _int(cfg, where, "num_hidden_layers"), where)  # refuses state layers first
+        layout = layout_of(cfg, architectures, where)
+        linear, replicated, _, geometry = _layer_params(cfg, where, layout, parts)
     vocab = _int(cfg, where, "vocab_size")
     hidden = geometry["hidden_size"]
-    embeddings = vocab * hidden * (1 if cfg.get("tie_word_embeddings") else 2)
-    dtype = _DTYPES.get(str(cfg.get("torch_dtype", cfg.get("dtype", "bfloat16"))).replace("torch.", ""), "bfloat16")
-    quant = optional_mapping(cfg, "quantization_config", where).get("quant_method")
-    linear_dtype = {"fp8": "fp8", "awq": "int4", "gptq": "int4"}.get(str(quant), None)
-    architectures = cfg.get("architectures") or [str(cfg.get("model_type", "decoder"))]
-    if not isinstance(architectures, list) or not all(isinstance(a, str) for a in architectures):
-        raise InputError(f"{where}: architectures must be a list of names, not {architectures!r}")
+    embeddings = vocab * hidden * (1 if cfg.get("tie_word_embeddings") else 2) + (vocab if layout.lm_head_bias else 0)
+    dtype = load_dtype(cfg, where)
+    components = linear_components(cfg, where, linear, parts, f"{where} ({', '.join(architectures)})")
     source = f"{where} ({', '.join(architectures)})"
     heads = geometry["num_heads"]
     state = geometry.get("state_layers")  # vLLM splits the Mamba heads over TP as well
@@ -308,8 +323,7 @@ def one_stage_pipeline(cfg: dict, name: str, where: str = "config.json") -> dict
         "role": "autoregressive",
         "dtype": dtype,
         "components": [
-            {"name": "linear", "params": max(1, linear), "sharding": "tp", "dtype": linear_dtype,
-             "source": f"{source}: attention and MLP weights from the geometry"},
+            *components,
             {"name": "embeddings", "params": embeddings, "sharding": "tp",
              "source": f"{source}: vocab x hidden, x2 unless tie_word_embeddings"},
             {"name": "norms_and_routers", "params": max(1, replicated), "sharding": "replicated",

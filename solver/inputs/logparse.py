@@ -142,3 +142,62 @@ def _record(fig: StageFigures, hits: dict) -> None:
         fig.requested_gib = fig.total_gib * fig.utilization
         if fig.model_loading_gib is not None:
             fig.activation_gib = _f(m.group(2)) - fig.model_loading_gib
+
+
+# The settings a start-up log states (for `bench entry`): vLLM's "non-default args: {...}"
+# (arg_utils, 0.10+), the engine line "Initializing a V1 LLM engine (vX) with config: ..."
+# (V0: "Initializing an LLM engine (vX) ..."), the API server's version line or banner, and
+# "Chunked prefill is enabled with max_num_batched_tokens=N". Later lines win; a setting no
+# line states is left out (unknown).
+_ARG_KEYS = ("model", "max_model_len", "tensor_parallel_size", "pipeline_parallel_size", "gpu_memory_utilization",
+             "max_num_seqs", "max_num_batched_tokens", "kv_cache_dtype", "enforce_eager", "quantization", "dtype")
+_ENGINE = re.compile(r"Initializing an? (V1 )?LLM engine \(v([^)]+)\) with config: (.*)")
+_ENGINE_KEYS = {"model": "model", "dtype": "dtype", "max_seq_len": "max_model_len",
+                "tensor_parallel_size": "tensor_parallel_size", "pipeline_parallel_size": "pipeline_parallel_size",
+                "quantization": "quantization", "enforce_eager": "enforce_eager", "kv_cache_dtype": "kv_cache_dtype"}
+_VERSION = (re.compile(r"vLLM API server version (\d+\.\d+[\w.+]*)"), re.compile(r"█\s+version (\d+\.\d+[\w.+]*)"))
+_CHUNKED = re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)")
+
+
+def _value(text: str):
+    text = text.strip().strip("'\"")
+    if text in ("None", "null"):
+        return None
+    if text in ("True", "False"):
+        return text == "True"
+    if text.startswith("torch."):
+        text = text[len("torch."):]
+    try:
+        return int(text) if re.fullmatch(r"-?\d+", text) else float(text) if re.fullmatch(r"-?\d+\.\d*", text) else text
+    except ValueError:
+        return text
+
+
+def parse_settings(text: str) -> tuple[dict, list[int]]:
+    """(entry fields the log states, the numbers of the lines they come from)."""
+    found: dict = {}
+    used: list[int] = []
+    for n, line in enumerate(text.splitlines(), 1):
+        hit = False
+        if "non-default args:" in line:
+            for key, raw in re.findall(r"'(\w+)': ('[^']*'|[^,{}\[\]]+)", line.split("non-default args:", 1)[1]):
+                if key in _ARG_KEYS:
+                    found[key], hit = _value(raw), True
+        m = _ENGINE.search(line)
+        if m:
+            found["engine"] = "V1" if m.group(1) else "V0"
+            found["vllm_version"] = m.group(2)
+            for key, raw in re.findall(r"(\w+)=('[^']*'|[^,]+)", m.group(3)):
+                if key in _ENGINE_KEYS:
+                    found[_ENGINE_KEYS[key]] = _value(raw)
+            hit = True
+        for pattern in _VERSION:
+            v = pattern.search(line)
+            if v:
+                found["vllm_version"], hit = v.group(1), True
+        c = _CHUNKED.search(line)
+        if c:
+            found["max_num_batched_tokens"], hit = int(c.group(1)), True
+        if hit:
+            used.append(n)
+    return found, used

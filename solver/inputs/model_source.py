@@ -20,10 +20,12 @@ from ..errors import InputError, closest_names
 from .catalog import (
     DTYPE_BYTES,
     PipelineSpec,
+    catalog_heads,
+    catalog_key,
+    catalog_names,
     catalog_text,
     load_pipeline_text,
     lookup_model,
-    model_catalog,
     pipeline_from_config,
 )
 from .catalog_match import match_config, names_model_type
@@ -59,7 +61,7 @@ def resolve(text: str) -> ModelSource:
     key = text.strip()
     if any(not ch.isprintable() for ch in key):  # it goes into file headers and launch.sh
         raise InputError(f"--model {key!r}: the name holds a control or line-break character")
-    if key.lower().replace("_", "-") in model_catalog():
+    if catalog_key(key) in catalog_names():  # loads that entry alone (and the file it extends)
         return ModelSource(lookup_model(key), lookup_model(key).name)
     if Path(key).exists():
         _refuse_catalog_only(Path(key) / "config.json", key)
@@ -67,7 +69,7 @@ def resolve(text: str) -> ModelSource:
     if looks_like_hub_id(key):
         _refuse_unread_hub_id(key)
         return from_checkpoint(read_hub(key), key)
-    hint = closest_names(key, sorted(model_catalog()), "`omni-autoconf models`")
+    hint = closest_names(key, list(catalog_names()), "`omni-autoconf models`")
     raise InputError(f"unknown model {text!r}: not a catalog model, a model directory, or a Hub id ORG/NAME{hint}")
 
 
@@ -94,16 +96,17 @@ def _refuse_catalog_only(config_path: Path, reference: str) -> None:
     index = config_path.parent / "model_index.json"
     if index.is_file() and not config_path.is_file():  # a diffusers pipeline: its class names the catalog entry
         cls = _json_object(index).get("_class_name")
-        names = sorted(n for n, spec in model_catalog().items()
+        names = sorted(n for n, spec in catalog_heads().items()
                        if cls and (spec.model_arch == cls or _DIFFUSERS_CLASSES.get(cls) == n))
         # one class serves several checkpoints (Wan2.2's TI2V-5B and T2V-A14B are both WanPipeline)
-        runs = ", ".join(f"{n} ({model_catalog()[n].hf_id})" for n in names)
+        runs = ", ".join(f"{n} ({catalog_heads()[n].hf_id})" for n in names)
         hint = (f"the catalog runs that class for {runs}: if this is one of those checkpoints, plan it by its catalog "
                 f"name: --model {names[0]}") if names else "no catalog pipeline runs it"
         raise InputError(f"{reference}: a diffusers pipeline directory (model_index.json, _class_name {cls!r}) is not "
                          f"read yet; {hint}")
 
     cfg = _json_object(config_path)  # {} when unreadable: read_local names what is wrong with the file
+    _check_model_type(cfg, reference)
     _refuse_listed(cfg, reference)
     model_type, kind = cfg.get("model_type"), cfg.get("type")
     if isinstance(kind, str) and kind in _LEROBOT_TYPES and model_type is None:
@@ -124,7 +127,7 @@ def _json_object(path: Path) -> dict:
 def _refuse_listed(cfg: dict, reference: str) -> None:
     """A config a catalog `match` rule with `refuse` matches (by model_type, else by
     architecture): its pointer, for a directory and a Hub id alike."""
-    found = match_config(model_catalog(), cfg, reference)
+    found = match_config(catalog_heads(), cfg, reference)
     if found is not None and found.rule.refuse is not None:
         raise found.refusal(reference)
 
@@ -133,8 +136,9 @@ def from_checkpoint(ckpt: Checkpoint, reference: str) -> ModelSource:
     """The pipeline of a checkpoint: the catalog entry whose `match` rules its config.json
     matches (catalog_match.py), else a one-stage decoder LLM."""
     cfg = ckpt.config
+    _check_model_type(cfg, reference)
     model_type = str(cfg.get("model_type", ""))
-    found = match_config(model_catalog(), cfg, reference)
+    found = match_config(catalog_heads(), cfg, reference)
     if found is not None and found.rule.refuse is None:
         name = found.name
         text, filename = catalog_text(name)
@@ -142,7 +146,7 @@ def from_checkpoint(ckpt: Checkpoint, reference: str) -> ModelSource:
         ckpt = with_subfolders(ckpt, base.checkpoint_subfolders)
     elif found is not None:  # a Hub id's config (a directory's is refused before its shards are read)
         raise found.refusal(reference)
-    elif names_model_type(model_catalog(), cfg.get("model_type")):
+    elif names_model_type(catalog_heads(), cfg.get("model_type")):
         raise InputError(f"{reference}: config.json model_type {model_type!r}, but not the geometry of the "
                          "checkpoint vLLM-Omni serves for it (see docs/pipelines.md)")
     else:
@@ -154,15 +158,24 @@ def from_checkpoint(ckpt: Checkpoint, reference: str) -> ModelSource:
     return exact_weights(base, ckpt, reference)
 
 
+def _check_model_type(cfg: dict, reference: str) -> None:
+    """config.json's model_type, when present, is a string: transformers' AutoConfig looks it
+    up in its CONFIG_MAPPING by that string (transformers models/auto/configuration_auto.py
+    AutoConfig.from_pretrained), so a list or a number is no config vLLM loads."""
+    if "model_type" in cfg and not isinstance(cfg["model_type"], str):
+        kind = "null" if cfg["model_type"] is None else type(cfg["model_type"]).__name__
+        raise InputError(f"{reference}/config.json: model_type is a {kind}, not a string (the name of a model type)")
+
+
 def _catalog_names_of(hub_id: str) -> list[str]:
     """The catalog entries whose checkpoint is this Hub id (case as the Hub ignores it)."""
-    return sorted(name for name, spec in model_catalog().items() if spec.hf_id.lower() == hub_id.lower())
+    return sorted(name for name, head in catalog_heads().items() if head.hf_id.lower() == hub_id.lower())
 
 
 def _refuse_unread_hub_id(reference: str) -> None:
     """The Hub id of a catalog pipeline whose checkpoint is not read (no checkpoint_prefixes:
     pickles, Mistral params.json, weights in subfolders): its pointer, before any network call."""
-    names = [name for name in _catalog_names_of(reference) if not model_catalog()[name].checkpoint_prefixes]
+    names = [name for name in _catalog_names_of(reference) if not catalog_heads()[name].reads_checkpoint]
     if names:
         raise InputError(f"{reference}: the checkpoint of {', '.join(names)}, whose files are not read yet; plan it "
                          f"by its catalog name: --model {names[0]}")

@@ -18,6 +18,9 @@ import yaml
 from .. import defaults as D
 from ..errors import InputError
 
+# libyaml's loader where PyYAML was built with it; the bounds below apply to either.
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 
 def read_text(path: Path | str, what: str = "") -> str:
     """The UTF-8 text of a regular file of at most MAX_CONFIG_BYTES."""
@@ -45,12 +48,33 @@ def read_text(path: Path | str, what: str = "") -> str:
         raise InputError(f"{name}: not UTF-8 text (byte {exc.start})") from None
 
 
+def _events(text: str):
+    """The event stream, stopped once it nests deeper than MAX_YAML_DEPTH (so a deep file is
+    refused by the same count, whichever parser reads it)."""
+    depth = 0
+    for event in yaml.parse(text, Loader=_LOADER):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > D.MAX_YAML_DEPTH:
+                yield event
+                return
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+        yield event
+
+
 def _measure(text: str, where: str, error: type[InputError]) -> None:
     """Refuse text whose nesting or alias-expanded size exceeds the limits."""
     sizes: dict[str, int] = {}
     open_nodes: list[tuple[str | None, int]] = []  # (anchor, node count when it opened)
     count = 0
-    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+    try:
+        events = list(_events(text))
+    except yaml.YAMLError as exc:  # libyaml stops at 1000 levels itself, before our count sees them
+        if "nesting depth" in str(getattr(exc, "problem", "")):
+            raise error(f"{where}: nested deeper than {D.MAX_YAML_DEPTH} levels") from None
+        raise
+    for event in events:
         if isinstance(event, yaml.AliasEvent):
             count += sizes.get(event.anchor, 1)
         elif isinstance(event, (yaml.ScalarEvent, yaml.MappingStartEvent, yaml.SequenceStartEvent)):
@@ -80,7 +104,7 @@ def _one_line(exc: yaml.YAMLError) -> str:
 def parse_mapping(text: str, where: str, error: type[InputError] = InputError) -> dict:
     try:
         _measure(text, where, error)
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_LOADER)  # noqa: S506 (a safe loader: SafeLoader or CSafeLoader)
     except yaml.YAMLError as exc:
         raise error(f"{where}: not valid YAML: {_one_line(exc)}") from None
     except RecursionError:

@@ -1,89 +1,32 @@
 """The accuracy benchmark: the memory model against real vLLM start-ups.
 
-Each entry is one observed start-up (tests/data/accuracy.jsonl's format: the settings and
-the figures vLLM printed). It names a catalog model (optionally `model:stage`), or carries
-a `config` object (an HF config.json); anything else is reported as skipped, with the
-reason. For each modelled entry the model predicts what vLLM would print and the error is
-measured; the summary counts optimistic predictions (more KV than vLLM gave), the one
-error a planner must not make.
+Each entry is one observed start-up, one JSON object a line (the shipped set,
+omni_autoconf/data/accuracy.jsonl, is the format's reference): the settings and the figures
+vLLM printed (`model_loading_gib`, `available_kv_gib`, `kv_cache_tokens`), with `source`
+and `quote`. It names a catalog model (optionally `model:stage`), or carries a `config`
+object (an HF config.json), or names a Hub id whose config the shipped set holds
+(`config_ref`, or `model` itself); anything else is reported as skipped, with the reason.
+`held_out: true` marks a start-up the memory model was not tuned on; the summary reports
+those apart. For each modelled entry the model predicts what vLLM would print and the
+error is measured; the summary counts optimistic predictions (more KV than vLLM gave,
+lighter weights), the one error a planner must not make.
 """
 
 from __future__ import annotations
 
 import re
-import statistics
-from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InputError
 from ..inputs.catalog import lookup_model, pipeline_from_config
 from ..inputs.gpus import lookup_gpu
-from ..inputs.yamlio import parse_json
 from ..vllm import facts as F
 from ..vllm.facts import OMNI_VERSIONS, GiB, OmniVersion
+from .accuracy_entries import (  # noqa: F401  (re-exported: the set's vocabulary)
+    FIGURES, NEWEST_PLANNED_VLLM, EntryResult, Skip, _number, read_entries, shipped_configs, shipped_text, summary,
+)
+from .hybrid_kv import SlidingLayout, cdiv, group_size
 from .stage_memory import StageKnobs, kv_tokens, stage_memory
-
-FIGURES = ("model_loading_gib", "available_kv_gib", "kv_cache_tokens", "kv_bytes_per_token")
-# The documented bound (docs/accuracy.md): available KV within max(1 GiB, 10%) of what vLLM printed.
-KV_BOUND_GIB, KV_BOUND_FRACTION = 1.0, 0.10
-WEIGHTS_BOUND_FRACTION = 0.03
-
-
-@dataclass
-class EntryResult:
-    index: int
-    source: str
-    model: str
-    status: str  # "modelled" or "skipped"
-    reason: str = ""
-    predicted: dict[str, float | None] = field(default_factory=dict)
-    observed: dict[str, float | None] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    bounded: bool = False  # a V1 entry with its whole configuration: the two-sided bound applies
-
-    def outside_bound(self) -> bool:
-        err = self.error("available_kv_gib")
-        if err is None or not self.bounded:
-            return False
-        return abs(err) > max(KV_BOUND_GIB, KV_BOUND_FRACTION * abs(self.observed["available_kv_gib"]))
-
-    def error(self, figure: str) -> float | None:
-        p, o = self.predicted.get(figure), self.observed.get(figure)
-        return None if p is None or o is None else p - o
-
-    def optimistic(self) -> bool:
-        """More KV predicted than vLLM allocated, beyond the bound."""
-        err = self.error("available_kv_gib")
-        if err is None:
-            return False
-        return err > max(KV_BOUND_GIB, KV_BOUND_FRACTION * abs(self.observed["available_kv_gib"]))
-
-    def as_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"index": self.index, "source": self.source, "model": self.model, "status": self.status}
-        if self.reason:
-            out["reason"] = self.reason
-        if self.status == "modelled":
-            out["predicted"] = self.predicted
-            out["observed"] = self.observed
-            out["error"] = {f: (None if self.error(f) is None else round(self.error(f), 4)) for f in FIGURES}
-            out["optimistic"] = self.optimistic()
-            out["bounded"] = self.bounded
-            out["notes"] = self.notes
-        return out
-
-
-class Skip(Exception):
-    """An entry the model cannot predict; the message says why."""
-
-
-def _number(value: Any) -> float | None:
-    """A figure as the log printed it: 0.9, "default (0.9)", "12.13 (PP stage 0) / ..."."""
-    if value is None or isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    m = re.search(r"-?\d+(?:\.\d+)?", str(value).replace(",", ""))
-    return float(m.group()) if m else None
 
 
 def _vllm_version(entry: dict) -> tuple[int, int] | None:
@@ -91,11 +34,34 @@ def _vllm_version(entry: dict) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
+# The newest vLLM with a V0 engine: 0.10.1.1's vllm/engine/llm_engine.py is the V0 LLMEngine ("Initializing
+# a V0 LLM engine (v%s)"), 0.11.0's an alias of vllm.v1.engine.llm_engine.LLMEngine.
+LAST_V0 = (0, 10)
+
+
+def _v0_version(entry: dict, notes: list[str]) -> tuple[int, int]:
+    """A V0 entry that states no version: the one its quoted engine line prints ("Initializing an LLM
+    engine (v0.6.4.post1)"), else the newest vLLM that had a V0 engine (LAST_V0): every version-dependent
+    term then takes its pre-V1 form (the sort-path sampler: facts.TRITON_TOPK_FROM is 0.18)."""
+    m = re.search(r"LLM engine \(v(\d+)\.(\d+)", str(entry.get("quote") or ""))
+    if m:
+        notes.append(f"vLLM version from the quoted engine line: {m.group(1)}.{m.group(2)}")
+        return int(m.group(1)), int(m.group(2))
+    notes.append(f"V0 engine, version not stated: read as {LAST_V0[0]}.{LAST_V0[1]}, the newest vLLM with V0")
+    return LAST_V0
+
+
 def _stage(entry: dict):
     """(stage spec, pipeline name, omni version or None) for an entry."""
     name = str(entry.get("model") or "")
-    if isinstance(entry.get("config"), dict):
-        pipeline = pipeline_from_config(entry["config"], name or "model", where=f"entry {name!r} config")
+    config = entry.get("config")
+    if config is None and entry.get("config_ref"):  # a config the shipped set holds, by Hub id
+        config = shipped_configs().get(str(entry["config_ref"]))
+        if config is None:
+            raise Skip(f"config_ref {entry['config_ref']!r} is not among the shipped configs")
+    if isinstance(config, dict):
+        config = _with_mxfp4_backends(config, entry)
+        pipeline = pipeline_from_config(config, name or "model", where=f"entry {name!r} config")
         return pipeline.stages[0], None
     if entry.get("checkpoint"):
         raise Skip("checkpoint paths are not read by the benchmark yet; give a `config`")
@@ -103,11 +69,46 @@ def _stage(entry: dict):
     try:
         pipeline = lookup_model(key)
     except InputError:
+        if name in shipped_configs():  # a Hub id with no `config` of its own: the shipped one
+            return _stage({**entry, "config_ref": name})
         raise Skip(f"{name!r} is neither a catalog model nor an entry with a `config`") from None
     version = OMNI_VERSIONS.get(str(entry.get("omni_version") or "0.30").lstrip("v")[:4])
     if version is None:
         raise Skip(f"unknown vLLM-Omni version {entry.get('omni_version')!r}")
     return pipeline.stage(stage_name or 0), version
+
+
+# vllm 0.11.0 model_executor/layers/quantization/mxfp4.py get_mxfp4_backend, on CUDA: compute capability
+# below 9 -> MARLIN; 9.0 -> FlashInfer only when VLLM_USE_FLASHINFER_MOE_MXFP4_BF16=1 (envs.py default 0),
+# else TRITON when the optional `triton_kernels` package imports and torch >= 2.8.0, MARLIN otherwise (the
+# log does not say which, so both count and the larger padding is taken). Only 0.11 is read here; other
+# versions and GPUs keep quantization.py's unknown-backend padding (errs high).
+_SM90 = ("H100", "H200", "H800", "H20", "GH200")
+_SM8X = ("A100", "A800", "A10", "A30", "A40", "A6000", "L4", "L40", "L20", "RTX 30", "RTX 40", "RTX A")
+
+
+def _mxfp4_backends(entry: dict) -> list[str] | None:
+    vllm = _vllm_version(entry)
+    gpu = str(entry.get("gpu") or "").upper()
+    if vllm != (0, 11) or not gpu:
+        return None
+    if any(name.upper() in gpu for name in _SM90):
+        return ["marlin", "triton"]
+    if any(name.upper() in gpu for name in _SM8X):
+        return ["marlin"]
+    return None
+
+
+def _with_mxfp4_backends(config: dict, entry: dict) -> dict:
+    """An mxfp4 config with the backends that entry's vLLM picks on its GPU (quantization.py pads to them)."""
+    from ..inputs.quantization import MXFP4_BACKEND_KEY
+
+    q = config.get("quantization_config")
+    backends = _mxfp4_backends(entry)
+    if not isinstance(q, dict) or q.get("quant_method") != "mxfp4" or backends is None:
+        return config
+    tp = int(_number(entry.get("tensor_parallel_size")) or 1)
+    return {**config, "quantization_config": {**q, MXFP4_BACKEND_KEY: {"backends": backends, "tp": tp}}}
 
 
 def _gpu_total(entry: dict) -> int | None:
@@ -126,12 +127,13 @@ def predict(index: int, entry: dict) -> EntryResult:
     """Model one entry; a Skip becomes a skipped result with its reason."""
     source = str(entry.get("source") or f"entry {index}")
     model = str(entry.get("model") or "?")
+    held_out = bool(entry.get("held_out"))
     try:
         return _predict(index, source, model, entry)
     except Skip as why:
-        return EntryResult(index, source, model, "skipped", reason=str(why))
+        return EntryResult(index, source, model, "skipped", reason=str(why), held_out=held_out)
     except InputError as exc:
-        return EntryResult(index, source, model, "skipped", reason=str(exc))
+        return EntryResult(index, source, model, "skipped", reason=str(exc), held_out=held_out)
 
 
 # Settings an entry may state, and the range vLLM itself accepts for each (beyond it vLLM
@@ -167,6 +169,8 @@ def _predict(index: int, source: str, model: str, entry: dict) -> EntryResult:
     vllm = _vllm_version(entry) or (omni.vllm if omni else None)
     engine = str(entry.get("engine") or "")
     notes: list[str] = []
+    if vllm is None and engine.upper().startswith("V0"):
+        vllm = _v0_version(entry, notes)
     version = omni or _plain_version(vllm)
     if version is None:
         notes.append("vLLM version not stated: read as 0.30")
@@ -179,11 +183,17 @@ def _predict(index: int, source: str, model: str, entry: dict) -> EntryResult:
         seqs = int(_number(entry.get("max_num_seqs")) or d.max_num_seqs)
         tokens = int(_number(entry.get("max_num_batched_tokens")) or d.max_num_batched_tokens)
     else:
-        seqs, tokens = _batch(entry, engine, version, total, mml, spec)
+        seqs, tokens = _batch(entry, engine, version, total, mml, spec, notes)
     knobs = StageKnobs(mml, seqs, tokens, bool(entry.get("enforce_eager")), kv_dtype,
                        async_chunk=omni is not None)
     memory = stage_memory(spec, tp, knobs, version)
     bpt = memory.kv_bytes_per_token  # with sliding-window layers, the effective figure of a max_model_len request
+    printed = printed_pool_bytes_per_token(memory.kv_layout, version.vllm)
+    if printed is not None:
+        notes.append(f"hybrid sliding-window pool: vLLM {version.vllm[0]}.{version.vllm[1]} prints pool tokens "
+                     f"(blocks // KV cache groups x 16), {printed} bytes each; a max_model_len request costs "
+                     f"{bpt} per token")
+        bpt = printed
     predicted: dict[str, float | None] = {"model_loading_gib": round(memory.weights_bytes / GiB, 4),
                                           "kv_bytes_per_token": bpt}
     util = _number(entry.get("gpu_memory_utilization"))
@@ -206,8 +216,27 @@ def _predict(index: int, source: str, model: str, entry: dict) -> EntryResult:
                and observed["available_kv_gib"] is not None and not entry.get("bound_exempt"))
     if entry.get("bound_exempt"):
         notes.append(f"outside the accuracy bound: {entry['bound_exempt']}")
+    planned_vllm = vllm is None or vllm <= NEWEST_PLANNED_VLLM
+    if not planned_vllm:
+        notes.append(f"vLLM {vllm[0]}.{vllm[1]} is newer than any vLLM-Omni version plans are made for "
+                     f"(their newest vLLM is {NEWEST_PLANNED_VLLM[0]}.{NEWEST_PLANNED_VLLM[1]})")
     return EntryResult(index, source, model, "modelled", predicted=predicted, observed=observed, notes=notes,
-                       bounded=bounded)
+                       bounded=bounded, held_out=bool(entry.get("held_out")), planned_vllm=planned_vllm)
+
+
+def printed_pool_bytes_per_token(layout, vllm: tuple[int, int]) -> int | None:
+    """The bytes per printed token of a hybrid sliding-window pool in the vLLM versions that print
+    pool tokens (POOL_TOKENS_PRINTED_UNTIL), else None. There (vllm 0.13.0 v1/core/kv_cache_utils.py
+    get_kv_cache_config_from_groups, get_num_blocks, _report_kv_cache_config) the pool has
+    num_blocks = available // page_size // G (G layers per group, page_size one layer's 16 tokens), and
+    the log prints num_blocks // n_groups x 16 with n_groups = cdiv(full, G) + cdiv(sliding, G), padding
+    layers included; floor(floor(a / b) / c) = floor(a / (b c)), so the printed tokens are
+    kv_tokens(available, n_groups x G x layer bytes), exactly, the null block included in num_blocks."""
+    if not isinstance(layout, SlidingLayout) or vllm > F.POOL_TOKENS_PRINTED_UNTIL:
+        return None
+    full = layout.num_layers - layout.sliding_layers
+    g = group_size(full, layout.sliding_layers, vllm)
+    return (cdiv(full, g) + cdiv(layout.sliding_layers, g)) * g * layout.layer_token_bytes
 
 
 def _plain_version(vllm: tuple[int, int] | None) -> OmniVersion | None:
@@ -217,8 +246,22 @@ def _plain_version(vllm: tuple[int, int] | None) -> OmniVersion | None:
     return OmniVersion(name=f"{vllm[0]}.{vllm[1]}", vllm=vllm, schema="deploy", talker_builds_encoders=False,
                        caps_to_free_memory=False, has_admission_check=False)
 
+def _usage_context(entry: dict) -> str | None:
+    """"api_server" (`vllm serve`) or "llm" (the offline LLM class): the entry's `usage_context`, else
+    what its quote or notes say it ran; None when neither says."""
+    stated = str(entry.get("usage_context") or "").lower()
+    if stated in ("api_server", "openai_api_server", "llm", "llm_class"):
+        return "llm" if stated.startswith("llm") else "api_server"
+    text = f"{entry.get('quote') or ''} {entry.get('notes') or ''}"
+    serve = re.search(r"vllm serve|api_server|openai api server|vllm-openai", text, re.I)
+    offline = re.search(r"\bLLM\(|offline LLM", text)
+    if bool(serve) != bool(offline):
+        return "api_server" if serve else "llm"
+    return None
 
-def _batch(entry: dict, engine: str, version: OmniVersion, total: int | None, mml: int, spec) -> tuple[int, int]:
+
+def _batch(entry: dict, engine: str, version: OmniVersion, total: int | None, mml: int, spec,
+           notes: list[str] | None = None) -> tuple[int, int]:
     """max_num_seqs and max_num_batched_tokens as that vLLM resolves them."""
     seqs, tokens = _number(entry.get("max_num_seqs")), _number(entry.get("max_num_batched_tokens"))
     seqs = int(seqs) if seqs is not None else None
@@ -230,8 +273,21 @@ def _batch(entry: dict, engine: str, version: OmniVersion, total: int | None, mm
         return seqs or 256, tokens or (max(mml, 2048) if mml <= 32768 else 2048)
     if total is None:
         return seqs or 256, tokens or 8192
-    gpu = str(entry.get("gpu") or "")
-    return F.default_batch(version.vllm, gpu, total, mml, True, seqs, tokens)
+    if seqs is not None and tokens is not None:
+        return seqs, tokens
+    usage = _usage_context(entry)
+    default_tokens, default_seqs = F.vllm_batch_defaults(version.vllm, str(entry.get("gpu") or ""), total, usage)
+    if notes is not None:
+        notes.append(f"vLLM's {'LLM class' if usage in (None, 'llm') else 'API server'} batch defaults "
+                     f"{default_tokens}/{default_seqs}" + (" (usage context not stated: the larger)" if usage is None
+                                                            else ""))
+    # then as the scheduler resolves them (facts.default_batch): chunked prefill on (V1), the token
+    # budget at most max_num_seqs x max_model_len, and a default max_num_seqs at most the budget
+    mns = seqs if seqs is not None else default_seqs
+    mnbt = tokens if tokens is not None else min(mns * mml, default_tokens)
+    if seqs is None:
+        mns = min(mns, mnbt)
+    return mns, mnbt
 
 
 def _observed_bpt(entry: dict, predicted_bpt: int) -> float | None:
@@ -251,36 +307,3 @@ def _observed_bpt(entry: dict, predicted_bpt: int) -> float | None:
 def run(entries: list[dict]) -> tuple[list[EntryResult], dict[str, Any]]:
     results = [predict(i, e) for i, e in enumerate(entries)]
     return results, summary(results)
-
-
-def summary(results: list[EntryResult]) -> dict[str, Any]:
-    modelled = [r for r in results if r.status == "modelled"]
-    out: dict[str, Any] = {"entries": len(results), "modelled": len(modelled),
-                           "skipped": len(results) - len(modelled)}
-    for figure in FIGURES:
-        errors = [abs(r.error(figure)) for r in modelled if r.error(figure) is not None]
-        relative = [abs(r.error(figure)) / abs(r.observed[figure]) for r in modelled
-                    if r.error(figure) is not None and r.observed[figure]]
-        out[figure] = {"count": len(errors),
-                       "median_abs_error": round(statistics.median(errors), 4) if errors else None,
-                       "max_abs_error": round(max(errors), 4) if errors else None,
-                       "max_relative_error": round(max(relative), 4) if relative else None}
-    out["optimistic"] = sum(r.optimistic() for r in modelled)
-    out["bounded"] = sum(r.bounded for r in modelled)
-    out["outside_bound"] = sum(r.outside_bound() for r in modelled)
-    out["most_optimistic_kv_gib"] = max([r.error("available_kv_gib") for r in modelled
-                                         if r.error("available_kv_gib") is not None] or [None], key=lambda x: x or 0)
-    return out
-
-
-def read_entries(text: str, where: str) -> list[dict]:
-    """JSON lines; a line that is not a JSON object is an input error naming the line."""
-    entries = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        value = parse_json(line, f"{where}: line {n}")
-        if not isinstance(value, dict):
-            raise InputError(f"{where}: line {n}: expected a JSON object")
-        entries.append(value)
-    return entries

@@ -6,9 +6,11 @@ profile_run, _dummy_run, _dummy_sampler_run; vLLM-Omni's runners), term by term:
     E   the multimodal encoder pass on the largest dummy item (the thinker's video)
     D   the decoder dummy run on max_num_batched_tokens tokens: per-layer temporaries
         and, for MoE, the fused-MoE workspace (persistent: kept after profiling)
-    S   the sampler dummy run on min(max_num_seqs, tokens) rows of fp32 logits
+    S   the sampler dummy run on min(max_num_seqs, tokens) rows of logits (sampler_bytes)
     L   a model that takes its head over every token and keeps a copy (MiMo-Audio)
+    W   workspaces the run allocates first and keeps (cuBLAS; estimate, high)
     peak = max(E, D + encoder output kept (+ L), workspace + hidden + S)
+    what vLLM measures: peak + W (ProfileTerms.measured)
 
 Tensor lifetimes are those of eager PyTorch (torch.compile may fuse some away), so every
 term errs high. Pure functions of a stage spec, a TP degree, knobs and a version.
@@ -36,6 +38,12 @@ class ProfileTerms:
     sampler: int  # S
     peak: int  # max of the three phases
     persistent: int  # the part of the peak still allocated after profiling
+    workspaces: int = F.PROFILE_WORKSPACE_BYTES  # W: allocated by the run and kept (cuBLAS), beside every phase
+
+    @property
+    def measured(self) -> int:
+        """The torch peak increase vLLM logs: the phases' peak and the workspaces."""
+        return self.peak + self.workspaces
 
 
 def smart_resize(height: int, width: int, factor: int, min_pixels: int, max_pixels: int) -> tuple[int, int]:
@@ -161,10 +169,31 @@ def profile_terms(stage: StageSpec, tp: int, max_model_len: int, max_num_seqs: i
     dec = decoder_peak(stage, tp, tokens)
     work = moe_workspace(stage, tp, tokens, version.vllm)
     rows = min(max_num_seqs, tokens)
-    sampler = rows * t.vocab_size * F.SAMPLER_BYTES_PER_LOGIT + F.SAMPLER_FIXED_BYTES
+    sampler = sampler_bytes(rows, t.vocab_size, t.hidden_size, elem, version.vllm)
+    # the decoder's output, all tokens (profile_run keeps `hidden_states` through the sampler run)
     hidden = int(tokens * t.hidden_size * elem)
     # a model whose forward takes the head over every token and clones it (logits_every_token),
     # counted on top of the decoder's temporaries, which are freed before it runs: high
     logits = int(2 * tokens * t.vocab_size * elem) if stage.logits_every_token else 0
     peak = max(enc, dec + work + enc_out + logits, work + hidden + sampler)
     return ProfileTerms(patches, enc, enc_out, dec, work, sampler, peak, work)
+
+
+def sampler_bytes(rows: int, vocab: int, hidden: int, elem: float, vllm: tuple[int, int]) -> int:
+    """S: what the sampler dummy run holds at its peak (vllm/v1/worker/gpu_model_runner.py
+    _dummy_sampler_run, 0.10.1-0.30.0): the sampled rows' hidden states and their random
+    replacement (`torch.rand_like`), the logits compute_logits returns in the model dtype
+    (model_executor/layers/logits_processor.py; under TP gathered whole), their fp32 copy
+    (v1/sample/sampler.py, none when the model runs in fp32), then what the top-k/top-p path of
+    that version adds per logit (facts.py SAMPLER_*: the Triton or FlashInfer fast path, or
+    PyTorch's sort) and the Triton kernel's cached buffer."""
+    fast = vllm >= F.TRITON_TOPK_FROM and (rows >= F.TRITON_TOPK_MIN_ROWS or vllm >= F.TRITON_TOPK_ALL_ROWS_FROM)
+    if fast:
+        per_logit = F.SAMPLER_FAST_BYTES_PER_LOGIT
+    elif rows >= F.SAMPLER_SORT_SMALL_BATCH_ROWS:
+        per_logit = F.SAMPLER_SORT_BYTES_PER_LOGIT
+    else:
+        per_logit = F.SAMPLER_SORT_SMALL_BATCH_BYTES_PER_LOGIT
+    per_logit += elem + (0 if elem >= 4 else 4)
+    buffer = min(rows, F.TRITON_TOPK_BUFFER_ROWS) * vocab * 4 if fast else 0
+    return int(rows * vocab * per_logit + buffer + 2 * rows * hidden * elem)

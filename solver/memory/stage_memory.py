@@ -48,6 +48,7 @@ class StageKnobs:
     prefix_caching: bool = True  # vLLM V1's default; a hybrid Mamba stage then keeps two state blocks
     mamba_dtypes: tuple[str, str] = ("auto", "auto")  # a file's mamba_cache_dtype, mamba_ssm_cache_dtype
     kv_skip_layers: int = 0  # with fp8 KV: layers kv_cache_dtype_skip_layers keeps in the model dtype
+    dtype: str | None = None  # `--dtype` / the stage's `dtype` as vLLM reads it (None: auto, the checkpoint's)
 
 
 @dataclass(frozen=True)
@@ -194,13 +195,29 @@ def activation_peak(stage: StageSpec, tp: int, knobs: StageKnobs, version: OmniV
             frames = min(frames, knobs.max_num_seqs * gp.frames_per_seq)
         return frames * gp.bytes_per_frame, 0
     terms = profile_terms(stage, tp, knobs.max_model_len, knobs.max_num_seqs, knobs.max_num_batched_tokens, version)
-    return terms.peak, terms.persistent
+    return terms.measured, terms.persistent + terms.workspaces
+
+
+def with_model_dtype(stage: StageSpec, dtype: str | None) -> StageSpec:
+    """The stage loaded in vLLM dtype `dtype` (a VLLM_DTYPES name; None or auto: as it is): its
+    weights and activations in that dtype, and its KV cache too unless kv_cache_dtype says
+    otherwise; components with a dtype of their own keep it. A quantized checkpoint's weights
+    are not a float dtype: another dtype for it is refused, not guessed."""
+    if dtype is None or F.VLLM_DTYPES.get(dtype) in (None, stage.dtype):
+        if dtype is not None and dtype not in F.VLLM_DTYPES:
+            raise InputError(f"{stage.name}: dtype {dtype!r} is not one vLLM accepts ({', '.join(F.VLLM_DTYPES)})")
+        return stage
+    if stage.dtype not in ("bfloat16", "float16", "float32") or not stage.bounded_by_fraction:
+        raise InputError(f"{stage.name}: dtype {dtype} for a {stage.dtype} {stage.role} stage is not modelled "
+                         "(a quantized or diffusion stage keeps its own dtype here)")
+    return stage.model_copy(update={"dtype": F.VLLM_DTYPES[dtype]})
 
 
 def stage_memory(stage: StageSpec, tp: int, knobs: StageKnobs, version: OmniVersion,
                  sequence_parallel: int = 1) -> StageMemory:
     """All memory terms of `stage` at TP degree `tp`, per rank. `sequence_parallel`: a diffusion
     stage's sequence-parallel ranks per TP rank, which split no weight but join its NCCL groups."""
+    stage = with_model_dtype(stage, knobs.dtype)
     graphs = not knobs.enforce_eager
     elem = DTYPE_BYTES[stage.dtype]
     hidden = stage.transformer.hidden_size
@@ -268,6 +285,7 @@ def resolve_knobs(
     max_num_batched_tokens: dict[str, int] | None = None,
     enforce_eager: dict[str, bool] | None = None,
     kv_cache_dtype: KvCacheDtype = "auto",
+    dtype: dict[str, str] | None = None,
     check: bool = True,
 ) -> dict[str, StageKnobs]:
     """Per-stage knobs: the user's value where given (key: stage name), else the defaults.
@@ -297,6 +315,7 @@ def resolve_knobs(
             max_num_batched_tokens=(max_num_batched_tokens or {}).get(stage.name, d.max_num_batched_tokens),
             enforce_eager=(enforce_eager or {}).get(stage.name, d.enforce_eager),
             kv_cache_dtype=kv_cache_dtype,
+            dtype=(dtype or {}).get(stage.name),
             async_chunk=pipeline.async_chunk(schema),
             prefix_caching=pipeline.prefix_caching(stage, schema),
         )

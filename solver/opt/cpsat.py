@@ -210,20 +210,25 @@ class Model(Objective):
     def _add_hosts(self) -> None:
         """A TP group never spans hosts: on each host a stage holds whole replicas,
         r[s,h,o] of them at TP option o (tp_o GPUs each), and they add up to its count."""
-        nodes = self.pb.nodes()
-        if len(nodes) < 2:
+        if len(self.pb.nodes()) < 2:
             return
-        host_classes = {h: [c for c, members in enumerate(self.classes) if self.pb.gpus[members[0]].node == h]
-                        for h in nodes}
+        nodes = self.pb.host_types()  # the hosts, or types of identical hosts (merge_hosts)
+        host_classes = {h: [c for c, members in enumerate(self.classes)
+                            if self.pb.host_type(self.pb.gpus[members[0]]) == h] for h in nodes}
         for s, st in enumerate(self.pb.stages):
             most = self.counts[s][-1]
             per_host = []
             for h in nodes:
                 held = sum(v for (c, P), v in self.n.items() if c in host_classes[h] and P >> s & 1)
-                r = {o: self.m.NewIntVar(0, most, f"replicas_on[{st.name}][{h}][tp={opt.tp}]")
+                r = {o: self.m.NewIntVar(0, most, f"replicas_on[{st.name}][{h if isinstance(h, str) else nodes.index(h)}]"
+                                         f"[tp={opt.tp}]")
                      for o, opt in enumerate(st.options)}
                 for o in r:
                     self.m.Add(r[o] <= most * self.x[s, o])
+                    if not isinstance(h, str):  # a host type of m hosts: each holds at most G // tp groups
+                        hosts = len({self.pb.gpus[g].node for c in host_classes[h] for g in self.classes[c]})
+                        size = sum(len(self.classes[c]) for c in host_classes[h]) // hosts
+                        self.m.Add(r[o] <= hosts * (size // st.options[o].tp))
                 self.m.Add(held == sum(st.options[o].tp * v for o, v in r.items()))
                 per_host.extend(r.values())
             self.m.Add(sum(per_host) == self.replica_count(s))
@@ -363,5 +368,12 @@ def feasibility(problem: Problem, time_limit_s: float, workers: int | None = Non
 
 
 def solve(problem: Problem, time_limit_s: float = D.DEFAULT_TIME_LIMIT_S, workers: int | None = None) -> Solution:
-    """Build the CP-SAT model of `problem` and solve it lexicographically. Pure: no I/O."""
-    return Model(problem).solve_lexicographic(time_limit_s, workers or D.default_workers())
+    """Build the CP-SAT model of `problem` and solve it lexicographically. Pure: no I/O.
+    Identical hosts merged (Problem.merge_hosts): solved as host types, laid out by hosts.py."""
+    workers = workers or D.default_workers()
+    if problem.merge_hosts:
+        from .hosts import solve_merged
+
+        return solve_merged(problem, time_limit_s, workers,
+                            lambda pb, left, w: Model(pb).solve_lexicographic(left, w))
+    return Model(problem).solve_lexicographic(time_limit_s, workers)

@@ -99,24 +99,48 @@ class Problem:
     # Memory the pipeline's API process takes on its host's first GPU once serving (a
     # model's front-end encoder), outside every stage: that GPU's usable memory is less by it.
     frontend_bytes: int = 0
+    # Identical hosts (the same GPUs in the same order, no pinned stage) solved as one host
+    # type with a multiplicity: its classes span those hosts and a stage holds whole TP groups
+    # over the type (a relaxation of per host); hosts.py lays the answer out host by host.
+    merge_hosts: bool = False
     coresident: tuple[tuple[int, ...], ...] = field(init=False)
+    host_keys: dict[str, object] = field(init=False, repr=False, compare=False)
+    first_gpus: frozenset[int] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "coresident", resident_sets(len(self.stages), self.exclusive_groups))
+        object.__setattr__(self, "first_gpus", frozenset(first_on_each_host(self.gpus)))
+        keys: dict[str, object] = {}
+        for node in dict.fromkeys(gpu.node for gpu in self.gpus):
+            keys[node] = node
+            if self.merge_hosts:
+                on = [g for g in self.gpus if g.node == node]
+                pins = any(st.pinned_devices and g.index in st.pinned_devices for st in self.stages for g in on)
+                if not pins:
+                    keys[node] = ("host type", tuple((g.name, g.total_bytes, self.usable_bytes(g)) for g in on))
+        object.__setattr__(self, "host_keys", keys)
 
     def usable_bytes(self, gpu: Gpu) -> int:
-        front = self.frontend_bytes if gpu.index in first_on_each_host(self.gpus) else 0
+        front = self.frontend_bytes if gpu.index in self.first_gpus else 0
         return gpu.total_bytes - self.reserve_bytes - front
 
     def gpu_classes(self) -> list[list[int]]:
-        """GPU indices that no rule tells apart: on the same host, of the same kind and
+        """GPU indices that no rule tells apart: on the same host (or host type), of the same kind and
         total, and named by exactly the same pinned stages; swapping two of them changes
         no figure. In the order of their first GPU."""
         classes: dict[tuple, list[int]] = {}
         for g, gpu in enumerate(self.gpus):
             pins = tuple(s for s, st in enumerate(self.stages) if st.pinned_devices and g in st.pinned_devices)
-            classes.setdefault((gpu.node, gpu.name, self.usable_bytes(gpu), pins), []).append(g)
+            classes.setdefault((self.host_keys[gpu.node], gpu.name, self.usable_bytes(gpu), pins), []).append(g)
         return list(classes.values())
 
     def nodes(self) -> list[str]:
         return list(dict.fromkeys(gpu.node for gpu in self.gpus))
+
+    def host_types(self) -> list[object]:
+        """The hosts as the model sees them: one per host, or one per type of identical hosts
+        (merge_hosts), in the order of their first GPU."""
+        return list(dict.fromkeys(self.host_keys[gpu.node] for gpu in self.gpus))
+
+    def host_type(self, gpu: Gpu) -> object:
+        return self.host_keys[gpu.node]

@@ -2,12 +2,15 @@
 
 Candidates, cheapest change first: fp8 KV cache; allowing TP degrees upstream never runs
 (--allow-untested-tp); a larger TP degree for a stage whose TP is pinned; letting a stage
-with pinned devices move; fewer guaranteed requests; the largest max_model_len that fits;
+with pinned devices move; fewer guaranteed requests; an engine knob the user named
+(max_num_batched_tokens, CUDA graphs, max_num_seqs) lowered to the largest level that fits;
+the largest max_model_len that fits;
 the fewest extra GPUs of the kind already there (alone, then with pinned stages free to
 move, then with untested TP degrees), up to the inventory limit. Only fixes for which
 CP-SAT finds a plan within the search's share of --time-limit are returned, each with the
 command line that applies it. (fp8 weights would come first among the heavy changes, but no catalog model
-ships an fp8 checkpoint yet.)
+ships an fp8 checkpoint yet.) Each candidate is solved with the knobs the planner may lower
+itself at their floors (knobs.floor_request): it has a plan exactly when the planner finds one.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from ..defaults import MAX_GPUS
 from ..errors import AutoconfError
 from ..inputs.gpus import Gpu
 from ..opt import cpsat
+from .knobs import KNOB_ORDER, floor_request, lower_levels, named, with_values
 from .planner import Request, allowed_tp_degrees, build_problem
 from .request import command_line
 
@@ -60,7 +64,7 @@ def feasible(request: Request, budget: _Budget) -> bool:
     if key in budget.proven:
         return budget.proven[key]
     try:
-        problem, _ = build_problem(request)
+        problem, _ = build_problem(floor_request(request, build_problem))
     except AutoconfError:
         return False
     if budget.left() <= 0:
@@ -112,8 +116,30 @@ def _candidates(request: Request, budget: _Budget) -> Iterator[Fix]:
             if best is not None:
                 fixed = replace(request, min_concurrency={**request.min_concurrency, name: best})
                 yield Fix("fewer-requests", f"guarantee {best} request(s) of max_model_len for {name} instead of {n}", fixed, (4, n - best))
+    yield from _lower_named_knobs(request, budget)
     yield from _shorter_context(request, budget)
     yield from _more_gpus(request, budget)
+
+
+def _lower_named_knobs(request: Request, budget: _Budget) -> Iterator[Fix]:
+    """Each engine knob the user fixed, at the largest lower level that gives a plan (the
+    planner lowers the others itself; max_model_len is _shorter_context's)."""
+    try:
+        _, resolved = build_problem(request)
+    except AutoconfError:
+        return
+    for st in request.pipeline.stages:
+        for rank, knob in enumerate(KNOB_ORDER[:3]):
+            if not named(request, st.name, knob):
+                continue
+            current = getattr(resolved[st.name], knob)
+            for value in lower_levels(request, st, knob, resolved[st.name]):
+                fixed = with_values(request, {st.name: {knob: value}})
+                if feasible(fixed, budget):
+                    shown = "turn CUDA graphs off (enforce_eager true)" if knob == "enforce_eager" else (
+                        f"lower {knob} from {current} to {value}")
+                    yield Fix("lower-knob", f"{shown} for {st.name}", fixed, (4, rank))
+                    break
 
 
 def _shorter_context(request: Request, budget: _Budget) -> Iterator[Fix]:
@@ -188,4 +214,4 @@ def propose_fixes(request: Request) -> tuple[list["Fix"], str]:
 
 
 FIX_KINDS = ("fp8 KV cache, untested TP degrees, larger TP, replicas chosen per stage, moving a pinned stage, "
-             "fewer requests, shorter max_model_len, extra GPUs")
+             "fewer requests, lower engine knobs you named, shorter max_model_len, extra GPUs")

@@ -11,17 +11,12 @@ from __future__ import annotations
 
 import re
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any, Callable, Iterator, TypeVar
 
 from .. import defaults as D
 from ..errors import InputError
-from ..inputs.catalog import PipelineSpec
-from ..inputs.configfile import ConfigFile
-from ..inputs.gpus import Gpu
-from ..memory.calibration import Calibration
-from ..vllm.facts import NEWEST_OMNI_VERSION, OmniVersion
-from .request import Request, ensure_renderable
+from ..vllm.facts import NEWEST_OMNI_VERSION
+from .request import Request, ensure_renderable, given_version
 
 T = TypeVar("T")
 
@@ -238,6 +233,36 @@ def bools_option(option_name: str, values: tuple[str, ...], pipeline) -> dict[st
     return out
 
 
+def dtype_option(values: tuple[str, ...], pipeline) -> dict[str, str]:
+    """`--dtype [STAGE=]NAME` (a name vLLM accepts: vllm.facts.VLLM_DTYPES) per stage; a value for
+    every stage applies to the LLM stages (a diffusion stage keeps its own dtype)."""
+    from ..vllm.facts import VLLM_DTYPES
+
+    out: dict[str, str] = {}
+    everything = None
+    for text in values:
+        for term in text.split(","):
+            key, sep, raw = term.strip().rpartition("=")
+            name = raw.strip().lower()
+            if name not in VLLM_DTYPES:
+                raise InputError(f"--dtype {term.strip()!r}: {raw.strip()!r} is not a dtype vLLM accepts "
+                                 f"({', '.join(VLLM_DTYPES)})")
+            if not sep:
+                if everything is not None:
+                    raise InputError(f"--dtype: given twice for every stage ({everything} and {name})")
+                everything = name
+                continue
+            stage = pipeline.stage(key.strip()).name
+            if stage in out:
+                raise InputError(f"--dtype: {stage} is given twice ({out[stage]} and {name})")
+            out[stage] = name
+    if everything is not None:
+        for st in pipeline.stages:
+            if st.bounded_by_fraction:
+                out.setdefault(st.name, everything)
+    return {k: v for k, v in out.items() if v != "auto"}
+
+
 def calibration_option(path: str | None, pipeline, version, gpus):
     if path is None:
         return None
@@ -305,6 +330,8 @@ def resolve_request(o: dict[str, Any]) -> Request:
         devices = devices_option(tuple(o.get("devices") or ()), pipeline)
     with option("enforce_eager"):
         eager = bools_option("enforce-eager", tuple(o.get("enforce_eager") or ()), pipeline)
+    with option("dtype"):
+        dtype = dtype_option(tuple(o.get("dtype") or ()), pipeline)
     with option("exclusive"):
         exclusive = exclusive_groups(tuple(o.get("exclusive") or ()), pipeline)
     with option("kv_cache_dtype"):
@@ -323,6 +350,7 @@ def resolve_request(o: dict[str, Any]) -> Request:
         model_notes=source.notes,
         gpus=gpus,
         version=version,
+        omni_version_given=given_version(o.get("omni_version")),
         # several hosts are written in the deploy schema (the only one with headless stages)
         schema=schema or ("deploy" if len({g.node for g in gpus}) > 1 and version.reads("deploy") else version.schema),
         buffer_gib=buffer_gib,
@@ -330,6 +358,7 @@ def resolve_request(o: dict[str, Any]) -> Request:
         tp=tp,
         devices=devices,
         enforce_eager=eager,
+        dtype=dtype,
         max_model_len=knob_values["max_model_len"],
         max_num_seqs=knob_values["max_num_seqs"],
         max_num_batched_tokens=knob_values["max_num_batched_tokens"],
@@ -345,47 +374,3 @@ def resolve_request(o: dict[str, Any]) -> Request:
         time_limit_s=time_limit,
         workers=workers,
     )
-
-
-@dataclass(frozen=True)
-class CheckInputs:
-    """What `check` judges: an existing config file, read, and the request around it."""
-
-    config: ConfigFile
-    pipeline: PipelineSpec
-    gpus: tuple[Gpu, ...]
-    version: OmniVersion
-    buffer_gib: float
-    exclusive: tuple[tuple[str, ...], ...]
-    calibration: Calibration | None
-
-
-def resolve_check(o: dict[str, Any], before_reading: Callable[[], None] | None = None) -> CheckInputs:
-    """The inputs of `check` from its options (keys as in resolve_request, plus `config` and
-    `platform`); `before_reading` runs once the options are valid, before the file is read."""
-    from ..inputs.configfile import read_config
-    from ..inputs.model_source import resolve
-    from ..vllm.facts import omni_version
-
-    if not o.get("gpus") or not o.get("model"):
-        raise OptionError("gpus" if not o.get("gpus") else "model", "check needs --gpus and --model (see check --help)")
-    with option("gpus"):
-        gpus = gpus_option(o["gpus"], hosts=False)
-    with option("model"):
-        pipeline = resolve(o["model"]).pipeline
-    with option("omni_version"):
-        version = omni_version(o.get("omni_version") or NEWEST_OMNI_VERSION)
-    with option("buffer"):
-        buffer_gib = buffer_option(o.get("buffer"))
-    with option("exclusive"):
-        exclusive = exclusive_groups(tuple(o.get("exclusive") or ()), pipeline)
-    if before_reading is not None:
-        before_reading()
-    with option("config"):
-        config = read_config(o["config"], o.get("platform") or "cuda", engine_extras=version.deploy_reads_engine_extras)
-        unjudged = pipeline.judged_reason(config.schema, version)
-        if unjudged is not None:  # a version the catalog does not model for this pipeline
-            raise InputError(unjudged)
-    with option("calibration"):
-        calibration = calibration_option(o.get("calibration"), pipeline, version, gpus)
-    return CheckInputs(config, pipeline, gpus, version, buffer_gib, exclusive, calibration)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Callable
 
+from ..defaults import HOST_PATTERN_ABOVE_GPUS
 from ..errors import InputError, NoPlanError
 from ..inputs.catalog import StageSpec
 from ..memory.stage_memory import (
@@ -23,6 +24,7 @@ from ..startup.engine_checks import bf16_refusal, stage_knob_errors
 from ..startup.launch import calibrated, exclusive_indices, launch, stage_run
 from ..startup.simulation import GpuOutcome, StageOutcome, StageRun, StartupReport
 from ..vllm.facts import OmniVersion
+from .knobs import KnobChange, changes as knob_changes, choose as choose_knobs
 from .request import Request
 
 
@@ -84,6 +86,10 @@ class Plan:
     gpus: tuple[GpuOutcome, ...]
     notes: tuple[str, ...] = ()  # solver phases that did not finish
     option_notes: tuple[str, ...] = ()  # global options a stage does not take
+    # the knobs the planner lowered (the bundled values left no plan: knobs.py); `request`
+    # then names them, and `asked` is the request as the user gave it
+    knobs_lowered: tuple[KnobChange, ...] = ()
+    asked: Request | None = None
 
     @property
     def min_kv_requests(self) -> float:
@@ -117,7 +123,7 @@ def resolve_request_knobs(request: Request) -> tuple[dict[str, StageKnobs], tupl
     explicit = {"max_model_len": request.max_model_len, "max_num_seqs": request.max_num_seqs,
                 "max_num_batched_tokens": request.max_num_batched_tokens}
     base = resolve_knobs(pipeline, schema, version, **explicit, enforce_eager=request.enforce_eager,
-                         kv_cache_dtype=request.kv_cache_dtype, check=False)
+                         kv_cache_dtype=request.kv_cache_dtype, dtype=request.dtype, check=False)
     notes: list[str] = []
     applied: dict[str, list[str]] = {opt: [] for opt in request.global_values}
     refusals: dict[str, list[str]] = {opt: [] for opt in request.global_values}
@@ -205,6 +211,7 @@ def build_problem(request: Request) -> tuple[Problem, dict[str, StageKnobs]]:
         exclusive_groups=exclusive_indices(pipeline, request.exclusive),
         shared_gpus=len({g.node for g in request.gpus}) == 1,
         frontend_bytes=request.pipeline.frontend_gpu_bytes,
+        merge_hosts=len(gpus) > HOST_PATTERN_ABOVE_GPUS,  # identical hosts as one type (opt/hosts.py)
     )
     return problem, knobs
 
@@ -324,7 +331,15 @@ def plan(request: Request, on_solve: Callable[[Problem], None] | None = None) ->
         on_solve(problem)
     solution = cpsat.solve(problem, request.time_limit_s, request.workers)
     if solution.status is cpsat.SolveStatus.INFEASIBLE:
-        raise no_plan_error(request, problem)
+        choice = choose_knobs(request, build_problem)  # the bundled knobs leave no plan: lower some
+        if choice.request is None:
+            error = no_plan_error(request, problem)
+            error.reasons += choice.reasons
+            raise error
+        lowered = plan(choice.request)
+        tp = {sp.stage.name: sp.tensor_parallel_size for sp in lowered.stages}
+        return replace(lowered, knobs_lowered=knob_changes(choice, build_problem, tp), asked=request,
+                       notes=lowered.notes + choice.notes, status="feasible" if choice.notes else lowered.status)
     if solution.status is cpsat.SolveStatus.UNKNOWN:
         raise NoPlanError(
             f"no plan found within the time limit ({request.time_limit_s:g} s); nothing was proven either way",

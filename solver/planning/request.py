@@ -25,6 +25,8 @@ class Request:
     gpus: tuple[Gpu, ...]
     version: OmniVersion
     schema: str
+    # the patch release --omni-version named ("0.30.7"), planned as `version` (0.30); None for X.Y
+    omni_version_given: str | None = None
     model_ref: str | None = None  # what --model named (a catalog name, a directory, a Hub id)
     model_notes: tuple[str, ...] = ()  # what reading the checkpoint found worth saying
     buffer_gib: float = D.DEFAULT_BUFFER_GIB
@@ -35,6 +37,7 @@ class Request:
     max_num_seqs: dict[str, int] = field(default_factory=dict)
     max_num_batched_tokens: dict[str, int] = field(default_factory=dict)
     enforce_eager: dict[str, bool] = field(default_factory=dict)
+    dtype: dict[str, str] = field(default_factory=dict)  # --dtype per stage (a VLLM_DTYPES name)
     min_concurrency: dict[str, int] = field(default_factory=dict)
     weight: dict[str, float] = field(default_factory=dict)
     exclusive: tuple[tuple[str, ...], ...] = ()
@@ -68,7 +71,7 @@ def command_line(request: Request) -> str:
     in their shortest exact form, so the command re-creates the same request."""
     r = request
     parts = [inventory_options(r.gpus), f"--model {shlex.quote(r.model_ref or r.pipeline.name)}",
-             f"--omni-version {r.version.name}"]
+             f"--omni-version {shlex.quote(r.omni_version_given or r.version.name)}"]
     if r.schema != r.version.schema:
         parts.append(f"--schema {r.schema}")
     for flag, mapping in (
@@ -84,6 +87,8 @@ def command_line(request: Request) -> str:
         terms += [f"{k}={number_text(v)}" for k, v in sorted(mapping.items())]
         if terms:
             parts.append(f"{flag} " + ",".join(terms))
+    if r.dtype:
+        parts.append("--dtype " + ",".join(f"{k}={v}" for k, v in sorted(r.dtype.items())))
     if r.enforce_eager:
         parts.append("--enforce-eager " + ",".join(f"{k}={str(v).lower()}" for k, v in sorted(r.enforce_eager.items())))
     for name, devices in sorted(r.devices.items()):
@@ -105,6 +110,16 @@ def command_line(request: Request) -> str:
     if r.resolution != D.DEFAULT_RESOLUTION:
         parts.append(f"--resolution {number_text(1 / r.resolution)}")
     return " ".join(parts)
+
+
+def given_version(text: str | None) -> str | None:
+    """What Request.omni_version_given records for an --omni-version value that
+    vllm.facts.omni_version accepted: a patch release ("0.30.7" for "v0.30.7"), else None, so
+    that a plain X.Y (or none) leaves every output as it was."""
+    if text is None:
+        return None
+    name = text.strip().lstrip("vV")
+    return name if name.count(".") >= 2 or not name.replace(".", "").isdigit() else None
 
 
 def number_text(v: float) -> str:

@@ -75,16 +75,59 @@ GRAPH_RESERVE_BYTES = 2 * GiB
 
 # --- profile run (activation peak; profile.py) -------------------------------------
 
-# The sampler dummy run (vLLM 0.14.1-0.30.0 v1/worker/gpu_model_runner.py
-# _dummy_sampler_run) exercises top-k/top-p (dummy top_p 0.9, top_k vocab-1): fp32 logits
-# (v1/sample/sampler.py:97), their sort values, int64 indices, masks and softmax copies
-# (v1/sample/ops/topk_topp_sampler.py), per logit of [min(max_num_seqs, tokens), vocab],
-# plus what stays live beside it. Fitted as the line through the peaks of two public
-# Llama-3.1-8B start-ups (tests/data/accuracy.jsonl): 1.44 GiB at 256 rows (vLLM 0.31,
-# A100) and 4.76 GiB at 1024 rows (vLLM 0.11, H100), rounded up; it is above the peaks of
-# Qwen3-32B (5.64 GiB, 1024 rows), Qwen3-235B (1.4 GiB) and Qwen2.5-7B-AWQ (1.04 GiB).
-SAMPLER_BYTES_PER_LOGIT = 37
-SAMPLER_FIXED_BYTES = 360 * MiB
+# The sampler dummy run on min(max_num_seqs, max_num_batched_tokens) rows of vocabulary-sized
+# logits (v1/worker/gpu_model_runner.py _dummy_sampler_run, every version 0.10.1-0.30.0; dummy
+# temperature 0.5, top_p 0.9, top_k vocab-1, so top-k/top-p always runs). What coexists at its
+# peak, per logit (memory/profile_run.py sampler_bytes adds the model-dtype logits themselves
+# from compute_logits and their fp32 copy, v1/sample/sampler.py `logits.to(torch.float32)`, a
+# no-op for an fp32 model):
+# - the fast paths: the Triton top-k/top-p kernel works in place (v1/sample/ops/
+#   topk_topp_triton.py, from vLLM 0.18.1, for >= 8 rows; every row count from 0.30.0), then
+#   softmax probs and the exponential noise `q` (topk_topp_sampler.py forward_native and
+#   random_sample), two fp32 tensors; FlashInfer's top_k_top_p_sampling_from_logits (the default
+#   on CUDA from vLLM 0.22.0, envs.py VLLM_USE_FLASHINFER_SAMPLER=True) holds its masked logits
+#   and probs, two fp32 tensors as well (flashinfer 0.7.4 sampling.py). Model runner V2
+#   (v1/worker/gpu/model_runner.py) holds less, so this V1 figure is kept for it (an upper bound):
+#   its profile_run samples hidden_states[logits_indices] of the dummy batch, min(max_num_seqs,
+#   max_num_batched_tokens) rows (_dummy_run `num_reqs = min(num_tokens, self.max_num_reqs)`,
+#   input_batch.py InputBatch.make_dummy `logits_indices = query_start_loc[1:] - 1`; vllm 0.22.0,
+#   0.26.0, 0.30.0, 0.31.0 wheels), not every token; its dummy rows keep the SamplingStates
+#   defaults (top_k = vocab, top_p = 1.0, sample/states.py), so no top-k/top-p runs, and
+#   gumbel_sample keeps (rows, blocks) buffers only; the fp32 copy is unconditional in 0.22.0
+#   (sample/sampler.py) and skipped in 0.30.0/0.31.0 unless a row needs processing
+#   (`needs_logits_processing`, all False for dummy rows): at most 2 + 4 B a logit. V2 is the
+#   default for all generate models from vLLM 0.30 (config/vllm.py use_v2_model_runner; opt-in
+#   VLLM_USE_V2_MODEL_RUNNER=1 in 0.18-0.20; 0.22-0.28 only DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES,
+#   non-MoE/non-quantized in 0.22). vLLM-Omni 0.30's AR and generation stages run V1
+#   (vllm_omni/worker/gpu_model_runner.py OmniGPUModelRunner subclasses
+#   vllm.v1.worker.gpu_model_runner.GPUModelRunner) unless a deploy file sets `model_runner: v2`
+#   (only deploy/qwen3_tts*.yaml, on CUDA; vllm_omni/worker/gpu_ar_worker.py). Open: the one V2
+#   log (accuracy entry 14, vLLM 0.31.0, Llama-3.1-8B, 2048 tokens, 256 rows, A100) prints 1.44 GiB
+#   of transient peak (utils/mem_utils.py memory_profiling: after.torch_peak - after.torch_allocated),
+#   about 0.7 GiB more than these terms; no tensor of V2's profile run read so far accounts for it.
+SAMPLER_FAST_BYTES_PER_LOGIT = 8
+# - the PyTorch sort path (apply_top_k_top_p_pytorch; the only path of vLLM 0.14.1-0.16.0, whose
+#   FlashInfer sampler is opt-in, and of 0.10-0.12 where FlashInfer is not installed; below 8 rows
+#   in 0.18.1-0.28.0): logits.sort() writes fp32 values (4) and int64 indices (8); PyTorch's stable
+#   segmented sort adds int64 reverse indices (8) and CUB's alternate key/value buffers (4 + 8)
+#   for >= 128 rows (aten/src/ATen/native/cuda/SortStable.cu segmented_sort_pairs), or two int2
+#   index/segment arrays (16), a keys-out buffer (4) and the alternate buffers (12) below 128 rows
+#   (segmented_sort_pairs_by_full_sort). The later top-k/top-p masks (1 + 4 + 1) are smaller.
+SAMPLER_SORT_BYTES_PER_LOGIT = 32
+SAMPLER_SORT_SMALL_BATCH_BYTES_PER_LOGIT = 44
+SAMPLER_SORT_SMALL_BATCH_ROWS = 128
+# The Triton kernel's per-program buffer, kept in a module cache: min(next_power_of_2(rows),
+# SMs) rows of fp32 logits (topk_topp_triton.py apply_top_k_top_p_triton). 160 rows bounds
+# every NVIDIA datacenter part (H100/H200 132 SMs, B200 148, A100 108): errs high.
+TRITON_TOPK_FROM = (0, 18)  # 0.16.0 has no topk_topp_triton.py, 0.18.1 has it
+TRITON_TOPK_ALL_ROWS_FROM = (0, 30)
+TRITON_TOPK_MIN_ROWS = 8
+TRITON_TOPK_BUFFER_ROWS = 160
+# Workspaces first allocated by the profile run and kept: cuBLAS and cuBLASLt workspaces, which
+# PyTorch takes from its caching allocator on the first GEMM of a stream (32 MiB each on Hopper),
+# and small sampler caches. Estimate, high: the one Llama-3.1-8B start-up at 1024 rows on vLLM
+# 0.19 (torch peak 1.89 GiB, issue 19) leaves ~0.06 GiB beyond the derived terms; 128 MiB covers it.
+PROFILE_WORKSPACE_BYTES = 128 * MiB
 
 # Rotary cos/sin tables and flash-attention softmax statistics of a vision-encoder block,
 # per patch (36 rotary dims in bf16 and h x fp32 LSE at TP=1: ~144 + 64 B). Estimate, high.
@@ -291,15 +334,59 @@ NEWEST_OMNI_VERSION = "0.30"
 
 
 def omni_version(name: str) -> OmniVersion:
-    """Look up a known vLLM-Omni version ("0.30", "v0.30.0" and "0.30.1" all mean 0.30)."""
-    key = name.strip().lstrip("vV")
-    parts = key.split(".")
-    if len(parts) >= 2:
-        key = f"{parts[0]}.{parts[1]}"
+    """Look up a known vLLM-Omni version: a release X.Y ("0.30", "v0.30"), or one of its
+    patch releases ("0.30.7", "v0.30.0", "0.30.0rc1", "0.30.2.post1", PEP 440's forms), which
+    plans as X.Y on purpose: the facts here are kept per X.Y, read from the X.Y wheels, and a
+    patch release is taken to keep them (docs/versions.md; the request records the version
+    given). Anything else ("0.30.x", "0.30.7.1.2") is refused, not cut to X.Y."""
+    import re
+
+    found = re.fullmatch(r"[vV]?(\d+)\.(\d+)(?:\.\d+(?:(?:a|b|rc)\d+)?(?:\.post\d+)?(?:\.dev\d+)?)?", name.strip())
+    key = f"{found.group(1)}.{found.group(2)}" if found else None
     if key not in OMNI_VERSIONS:
         from ..errors import InputError
 
-        raise InputError(
-            f"unknown vLLM-Omni version {name!r}; known: {', '.join(OMNI_VERSIONS)}"
-        )
+        what = "unknown vLLM-Omni version" if found else "not a vLLM-Omni version (X.Y or X.Y.Z)"
+        raise InputError(f"{what} {name!r}; known: {', '.join(OMNI_VERSIONS)} (a patch release X.Y.Z plans as X.Y)")
     return OMNI_VERSIONS[key]
+
+
+# The last vLLM whose "GPU KV cache size: N tokens" is num_blocks // len(kv_cache_groups) x block_size
+# (vllm 0.10.1.1-0.19.0 v1/core/kv_cache_utils.py: 0.13.0 _report_kv_cache_config, 0.19.0 likewise);
+# from 0.20 (0.20.2 kv_cache_utils.py) it prints int(max_concurrency x max_model_len) instead.
+POOL_TOKENS_PRINTED_UNTIL = (0, 19)
+
+
+# vLLM's own max_num_batched_tokens / max_num_seqs defaults, per usage context and GPU (vllm/engine/
+# arg_utils.py EngineArgs.get_batch_defaults; read in the 0.10.1.1, 0.11.0, 0.13.0, 0.14.1, 0.16.0, 0.18.1,
+# 0.20.2, 0.22.0, 0.24.0, 0.26.0, 0.28.0, 0.30.0 and 0.31.0 wheels, the same table in each but for the
+# >= 160 GiB tier that 0.28.0 adds): device total >= 160 GiB (0.28+): 16384 / 1024 for both; >= 70 GiB
+# and "a100" not in the device name: LLM class 16384 / 1024, API server 8192 / 1024; otherwise LLM class
+# 8192 / 256, API server 2048 / 256. V1 entries older than 0.10.1.1 take that table too (not read).
+VLLM_BATCH_DEFAULTS = {  # tier -> usage context -> (max_num_batched_tokens, max_num_seqs)
+    "160": {"llm": (16384, 1024), "api_server": (16384, 1024)},
+    "70": {"llm": (16384, 1024), "api_server": (8192, 1024)},
+    "other": {"llm": (8192, 256), "api_server": (2048, 256)},
+}
+LARGE_TIER_FROM = (0, 28)
+
+
+def vllm_batch_defaults(vllm: tuple[int, int], gpu_name: str, total: int, usage: str | None) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) plain vLLM defaults to (VLLM_BATCH_DEFAULTS); usage None:
+    the LLM class's, the larger batch (a larger profile peak, less KV predicted: errs pessimistic)."""
+    gib = total / GiB
+    if gib >= 160 and vllm >= LARGE_TIER_FROM:
+        tier = "160"
+    elif gib >= 70 and "a100" not in gpu_name.lower():
+        tier = "70"
+    else:
+        tier = "other"
+    return VLLM_BATCH_DEFAULTS[tier][usage or "llm"]
+
+
+# `--dtype` / a stage's `dtype`: the names vLLM accepts and the torch dtype each loads the model in
+# (vllm 0.30.0 wheel, vllm/config/model.py _STR_DTYPE_TO_TORCH_DTYPE; the same table from 0.10);
+# "auto" keeps the checkpoint's own dtype (float32 checkpoints load as bfloat16).
+VLLM_DTYPES = {"auto": None, "half": "float16", "float16": "float16", "float": "float32", "float32": "float32",
+               "bfloat16": "bfloat16"}
+
