@@ -246,8 +246,12 @@ def test_ctrl_c_while_modules_load_is_one_line_and_130(tmp_path, delay):
         assert out.read_text() == "the user's file\n"
 
 
-def test_a_ctrl_c_during_the_write_waits_for_it_and_says_the_file_is_whole(tmp_path):
-    """The interrupt lands between writing the temporary file and moving it in place."""
+@pytest.mark.parametrize("signame, said, code", [
+    ("SIGINT", "interrupted", 130),
+    ("SIGTERM", "terminated (SIGTERM)", 143),  # what Kubernetes and systemd send
+])
+def test_a_signal_during_the_write_waits_for_it_and_says_the_file_is_whole(tmp_path, signame, said, code):
+    """The signal lands between writing the temporary file and moving it in place."""
     import subprocess
     import sys
 
@@ -259,18 +263,18 @@ def test_a_ctrl_c_during_the_write_waits_for_it_and_says_the_file_is_whole(tmp_p
         "interrupts.install()\n"
         "real = os.replace\n"
         "def replace(a, b):\n"
-        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        f"    os.kill(os.getpid(), signal.{signame})\n"
         "    real(a, b)\n"
         "os.replace = replace\n"
         "try:\n"
         f"    output_files.write_output({str(out)!r}, 'the plan\\n')\n"
         "except KeyboardInterrupt:\n"
-        "    print(interrupts.message())\n"
+        "    print(interrupts.message(), interrupts.exit_code())\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert out.read_text() == "the plan\n"
-    assert done.stdout.strip() == f"omni-autoconf: interrupted; {out} was written in full before it"
+    assert done.stdout.strip() == f"omni-autoconf: {said}; {out} was written in full before it {code}"
     assert [p.name for p in tmp_path.iterdir()] == ["plan.yaml"]
 
 

@@ -45,3 +45,16 @@ def test_a_check_report_draws_the_same_way():
     report = check("examples/qwen3-omni-moe.2xH100-80GB.deploy.yaml", gpus="2xH100-80GB", model="qwen3-omni-moe")
     texts = _texts(render_check_svg(report))
     assert all(n in texts for n in ("GPU 0 H100-80GB", "GPU 1 H100-80GB", "thinker", "talker", "code2wav"))
+
+
+def test_check_format_svg_draws_the_file_and_refuses_several(tmp_path):
+    planned = CliRunner().invoke(main, ["--gpus", "2xH100-80GB", "--model", "qwen3-omni-moe", "-q"])
+    path = tmp_path / "deploy.yaml"
+    path.write_text(planned.stdout)
+    args = ["check", str(path), "--gpus", "2xH100-80GB", "--model", "qwen3-omni-moe", "--format", "svg"]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.stderr
+    text = "".join(ET.fromstring(result.stdout).itertext())
+    assert all(name in text for name in ("thinker", "talker", "code2wav", "GPU 0", "GPU 1"))
+    several = CliRunner().invoke(main, args[:2] + [str(path)] + args[2:])
+    assert several.exit_code == 2 and "one file" in several.stderr

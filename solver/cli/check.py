@@ -30,8 +30,9 @@ from .output_files import check_output_path, write_output
 @click.option("--buffer", multiple=True, metavar="GIB",
               help=f"GiB each GPU should keep free beyond vLLM-Omni's 2 GiB reserve (a warning below it). Default: {D.DEFAULT_BUFFER_GIB}.")
 @click.option("--calibration", multiple=True, metavar="FILE", help="Apply the corrections `omni-autoconf calibrate` measured.")
-@click.option("--format", "fmt", multiple=True, type=click.Choice(["table", "json", "github", "junit"]),
-              help="github: GitHub Actions annotations; junit: JUnit XML. Default: table.")
+@click.option("--format", "fmt", multiple=True, type=click.Choice(["table", "json", "github", "junit", "svg"]),
+              help="github: GitHub Actions annotations; junit: JUnit XML; svg: each GPU's memory as a bar (one file "
+                   "only). Default: table.")
 @click.option("--strict", is_flag=True, help="Warnings fail too (exit 1): for CI gates.")
 @click.option("--fix", is_flag=True, help="Write the optimal plan that keeps what the file pins (see --keep).")
 @click.option("--keep", multiple=True, metavar="devices,tp|none", help="With --fix: what of the file stays pinned. Default: devices,tp.")
@@ -100,6 +101,12 @@ def _render(reports: list, fmt: str, strict: bool) -> str:
             [check_dict(r) for r in reports], indent=2) + "\n"
     if fmt == "github":
         return "".join(render_check_github(r) for r in reports)
+    if fmt == "svg":
+        from ..emit.svg import render_check_svg
+
+        if len(reports) > 1:
+            raise InputError(f"--format svg draws one file's GPUs; {len(reports)} files were given")
+        return render_check_svg(reports[0])
     return "\n".join(render_check_table(r) for r in reports)
 
 
