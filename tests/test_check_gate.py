@@ -280,3 +280,10 @@ if __name__ == "__main__":
     with zipfile.ZipFile(sys.argv[2]) as zf:
         keys = derive_keys(Path(sys.argv[1]), zf.read("vllm/engine/arg_utils.py").decode())
     print(yaml.safe_dump({"versions": {"0.30": keys}}, sort_keys=False, width=120), end="")
+
+
+def test_an_unknown_key_like_no_known_one_gets_no_guess(tmp_path):
+    text = TYPO.replace("gpu_memory_utilizaton: 0.5", "zq%xw: 0.5")
+    data = json.loads(run("check", write(tmp_path, text), *TTS, "--format", "json").stdout)
+    talker = next(p for p in data["problems"] if p["code"] == "unknown-key" and p["stage"] == "talker")
+    assert "zq%xw" in talker["message"] and "did you mean" not in talker["message"]

@@ -243,3 +243,38 @@ def test_identical_hosts_are_ordered_in_the_model():
     model.m.Add(sum(v for (c, _), v in model.n.items() if c in second) >= 1)
     status, _ = cpsat.run_solver(model.m, 5, 1)
     assert status == model.cp.INFEASIBLE
+
+
+def _random_mixed_kind_problem(seed: int) -> Problem:
+    """Up to 4 GPUs of three kinds, replicas and TP choices, memory tight enough that the
+    max-min phase's memory cuts (bounds.add_memory_bound) and the pool's smallest class bind."""
+    import random
+
+    rnd = random.Random(4000 + seed)
+    sizes = [rnd.choice([16, 24, 40]) for _ in range(rnd.choice([3, 4]))]
+    stages = [
+        kv_stage(0, "a", rnd.uniform(6, 24), rnd.choice([32768, 65536]), tps=(1, 2), mml=rnd.choice([8192, 16384]),
+                 weight_pct=rnd.choice([100, 200]), max_replicas=rnd.choice([2, 3])),
+        kv_stage(1, "b", rnd.uniform(1, 8), rnd.choice([8192, 20480]), mml=rnd.choice([4096, 16384]),
+                 cap=rnd.choice([None, 1, 3]), max_replicas=rnd.choice([1, 2, 3])),
+    ]
+    if rnd.random() < 0.5:
+        stages.append(gen_stage(2, "c", rnd.uniform(0.5, 4)))
+    return Problem(gpus(*sizes), tuple(stages), 8, int(rnd.uniform(0.5, 2) * GiB))
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_memory_cuts_keep_the_brute_force_optimum_on_mixed_kinds(seed):
+    _assert_brute_force_agrees(_random_mixed_kind_problem(seed))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_memory_cuts_are_redundant(seed, monkeypatch):
+    """The cuts only tighten the relaxation: the same plan, to the byte, without them."""
+    for problem in (_random_mixed_kind_problem(seed), _random_replica_problem(seed), _random_problem(seed)):
+        with_cuts = cpsat.solve(problem, time_limit_s=20)
+        monkeypatch.setattr(cpsat, "add_memory_bound", lambda model: None)
+        without = cpsat.solve(problem, time_limit_s=20)
+        monkeypatch.undo()
+        assert (with_cuts.status, with_cuts.objective, with_cuts.assignments, with_cuts.headroom_milli) == (
+            without.status, without.objective, without.assignments, without.headroom_milli)

@@ -377,3 +377,22 @@ def test_a_time_limited_plan_says_how_to_reproduce_it():
     stopped = dataclasses.replace(proven, status="feasible", gap=0.25)
     status = render_deploy(stopped).splitlines()[2]
     assert "feasible" in status and "a run with --time-limit 20 and --workers 3 may stop at another plan" in status
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--omni-version", ""], "not a vLLM-Omni version"),  # an unset $V is no silent 0.30
+    (["--format", "json", "-o", "{tmp}/j/"], "this output is one file"),  # a trailing / never makes a file
+    (["-o", "{tmp}/y/"], "this output is one file"),
+])
+def test_empty_versions_and_folder_names_for_one_file_are_refused(tmp_path, args, words):
+    result = run("--gpus", "2xH100-80GB", *QWEN3, *[a.format(tmp=tmp_path) for a in args], "-q")
+    assert one_line_error(result) and words in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_api_refuses_an_unknown_format_in_one_line():
+    from omni_autoconf import Request, plan
+    from omni_autoconf.errors import InputError
+
+    with pytest.raises(InputError, match="format 'xml' is not one of yaml, json"):
+        plan(Request(gpus="2xH100-80GB", model="qwen3-omni-moe"), fmt="xml")

@@ -67,6 +67,13 @@ from .output_files import check_output_path, write_output
               help="k8s: a PersistentVolumeClaim holding the model directory at its root (default: the Hub id).")
 @click.option("--hf-token-secret", multiple=True, metavar="SECRET",
               help="k8s, helm-values: a Secret whose key `token` becomes HF_TOKEN (gated models).")
+@click.option("--target-rate", multiple=True, metavar="REQ/S",
+              help="Plan replicas (and, with --gpus TYPE without a count, the fewest GPUs) for this many requests/s, "
+                   "from a performance profile (docs/rate-planning.md).")
+@click.option("--ttfp-p50", multiple=True, metavar="MS", help="With --target-rate: median time to first audio packet, ms.")
+@click.option("--rtf", multiple=True, metavar="X", help="With --target-rate: median real-time factor (default: 1 where measured).")
+@click.option("--profile", multiple=True, metavar="FILE",
+              help="With --target-rate: the performance profile (default: the model's shipped example).")
 @click.option("-q", "--quiet", is_flag=True, help="No progress line or summary table on stderr.")
 @click.option("--debug", is_flag=True, help="Show tracebacks.")
 @click.version_option(__version__, prog_name="omni-autoconf")
@@ -155,8 +162,16 @@ def _plan_command(**o) -> int:
                 err=True,
             )
 
+    from .profile import rate_target
+
+    rate = rate_target(o, request.pipeline.name)
     try:
-        result = plan(request, on_solve=progress)
+        if rate is not None:
+            from ..planning.rate import gpu_type_only, plan_for_rate
+
+            result = plan_for_rate(request, rate, gpu_type_only(once(o["gpus"], "--gpus")), on_solve=progress)
+        else:
+            result = plan(request, on_solve=progress)
     except NoPlanError as exc:
         attach_fixes(exc, request, o["quiet"])
         raise
@@ -205,10 +220,12 @@ def _register() -> None:
     from .bench import bench_group
     from .calibrate import calibrate_command
     from .check import check_command
+    from .profile import profile_group
 
     main.add_command(check_command)
     main.add_command(bench_group)
     main.add_command(calibrate_command)
+    main.add_command(profile_group)
 
 
 _register()

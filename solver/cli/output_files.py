@@ -21,6 +21,8 @@ def check_output_path(path: str | None) -> None:
         return
     if not path.strip():
         raise InputError("an empty file name was given (\"\"); name a file, or - for stdout")
+    if path.endswith(("/", os.sep)):  # realpath would drop the slash and write a file of that name
+        raise InputError(f"-o {path}: this output is one file; name a file, not a folder")
     target = os.path.realpath(path)
     if os.path.exists(path) and not os.path.isfile(path):  # follows links, /dev/stdout's pipe too
         raise InputError(f"-o {path}: not a regular file; refusing to replace it (use -o - for stdout)")

@@ -75,6 +75,10 @@ def header(plan: Plan) -> str:
                                            if any(sp.stage.has_kv_cache for sp in plan.stages)
                                            else "no stage holds a KV cache."),
     ]
+    if plan.rate is not None:  # --target-rate (emit/rate_text.py)
+        from .rate_text import header_lines
+
+        lines += header_lines(plan)
     if plan.knobs_lowered:
         lines.append("Knobs lowered: the bundled values leave no plan; lowered cheapest in throughput first, each step "
                      f"proven by CP-SAT (the same plan: omni-autoconf {command_line(plan.request)}):")

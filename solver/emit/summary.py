@@ -99,6 +99,10 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
             for sp in plan.stages
         ],
     }
+    if plan.rate is not None:  # --target-rate only: other plans keep their bytes
+        from .rate_text import json_key
+
+        out.update(json_key(plan))
     if plan.knobs_lowered:  # only then: a plan at the bundled knobs keeps its bytes
         out["knobs_lowered"] = [change.as_dict() for change in plan.knobs_lowered]
     if len(node_names(gpus)) > 1:
@@ -163,6 +167,10 @@ def render_table(plan: Plan) -> str:
         sp.num_replicas > 1 for sp in plan.stages) else ""
     if not all(sp.stage.bounded_by_fraction for sp in plan.stages):
         per += f"; util*: {DIFFUSION_UTIL_NOTE}"
+    if plan.rate is not None:
+        from .rate_text import table
+
+        out.append(table(plan))
     out.append(f"status: {status_line(plan)}; solved in {plan.solve_seconds:.2f} s; memory in GiB per GPU / per rank{per}")
     return "\n".join(out) + "\n"
 

@@ -101,6 +101,8 @@ def check_options(fmt: str, request: Request, options: dict | None) -> dict:
     """The render options that are set, refused where `fmt` takes none of them (InputError)."""
     from ..errors import InputError
 
+    if fmt not in TARGETS:
+        raise InputError(f"format {fmt!r} is not one of {', '.join(TARGETS)}")
     given = {k: v for k, v in (options or {}).items() if v is not None}
     target = TARGETS[fmt]
     extra = sorted(set(given) - set(target.options))

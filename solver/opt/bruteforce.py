@@ -31,6 +31,8 @@ def _choices(problem: Problem, st: StageProblem):
         if st.pinned_tp is not None and opt.tp != st.pinned_tp:
             continue
         for k in st.replica_counts():
+            if k < st.min_replicas:  # a target rate's minimum (StageProblem.min_replicas)
+                continue
             for gpus in combinations(range(len(problem.gpus)), k * opt.tp):
                 if st.pinned_devices is not None and tuple(gpus) != tuple(st.pinned_devices):
                     continue

@@ -30,7 +30,10 @@ Variables:
 
 Constraints, one function each:
     _add_choice          exactly one TP option (and replica count); the stage's GPU count
-                         sum_{c,P containing s} n[c,P] = sum_{o,k} k tp_o x[s,o] y[s,k]
+                         sum_{c,P containing s} n[c,P] = sum_o tp_o r[s,o], with r[s,o] in
+                         0..k_max the replicas at option o: r[s,o] <= k_max x[s,o],
+                         r[s,o] >= k_min x[s,o], sum_o r[s,o] = sum_k k y[s,k] (linear: no
+                         Boolean per option and count)
     _add_hosts           with several hosts (classes never span one): on host h stage s holds
                          whole TP groups, sum_{c on h, P containing s} n[c,P] = sum_o tp_o r[s,h,o],
                          r[s,h,o] <= k_max x[s,o] (k_max: its largest replica count), and
@@ -46,8 +49,13 @@ Constraints, one function each:
     _add_kv              R kv[s] <= C_c u[s] - R in_o   if on[s,c] and x[s,o]
                          generation stages: C_c u[s] >= R in_o
     _add_min_kv          kv[s] >= blocks(L_s) b_o and kv[s] >= blocks(n_s L_s) b_o  if x[s,o]
+    _add_min_replicas    a target rate (--target-rate): sum_k k y[s,k] >= its minimum replicas
     _add_capacity_units  m[s] b_o L_s <= 1000 kv[s] MiB if x[s,o] (divided by their gcd);
                          h[s] <= m[s], h[s] <= 1000 q_s
+    add_memory_bound     redundant cuts (bounds.py) for the LP bound of the max-min phase (all stages
+                         co-resident only): the KV a stage counts, G[s,c] kv[s] per class,
+                         plus every rank's other needs fits the classes' usable memory; h[s]
+                         is held in it; kv[s] is at most the smallest class's room
 
 Units: the model counts memory in whole MiB so that its coefficients stay small (CP-SAT's
 presolve mishandled byte-sized coefficients here: it declared a feasible model
@@ -73,19 +81,12 @@ from math import gcd
 from .. import defaults as D
 from ..vllm.facts import MiB
 from .objective import Objective, max_milli
+from .bounds import add_memory_bound
 from .patterns import pattern_name, patterns, stages_of
-from .problem import MILLI, Problem
+from .problem import MILLI, Problem, mib_down as _down, mib_up as _up
 from .solving import Solution, SolveStatus, StageAssignment, lexicographic, run_solver
 
 __all__ = ["Model", "Solution", "SolveStatus", "StageAssignment", "feasibility", "run_solver", "solve"]
-
-
-def _down(nbytes: int) -> int:
-    return nbytes // MiB
-
-
-def _up(nbytes: int) -> int:
-    return -(-nbytes // MiB)
 
 
 class Model(Objective):
@@ -138,6 +139,7 @@ class Model(Objective):
             for s, counts in self.counts.items() if counts != [1]
             for k in counts
         }
+        self.r: dict[int, dict] = {}  # r[s][o]: replicas at TP option o (stages in y only; _add_choice)
         self.u = {s: self.m.NewIntVar(1, R, f"util[{problem.stages[s].name}]") for s in S}
         # When explaining, kv may go negative (a fraction short of the weights) so that
         # only the `fits` assumption, not the variable's domain, rules that out.
@@ -149,6 +151,7 @@ class Model(Objective):
         self._add_gpu_capacity()
         self._add_kv()
         self._add_min_kv()
+        self._add_min_replicas()
         if not explain:
             self.mr = {
                 s: self.m.NewIntVar(0, max_milli(problem, s, self.max_c * MiB), f"requests_milli[{problem.stages[s].name}]")
@@ -158,6 +161,7 @@ class Model(Objective):
                                           f"headroom[{problem.stages[s].name}]")
                       for s in S}
             self._add_capacity_units()
+            add_memory_bound(self)
 
     def _replica_options(self, st) -> list[int]:
         """The replica counts stage `st` may take. A count fixed by --replicas N is, when
@@ -187,18 +191,19 @@ class Model(Objective):
             if (s, counts[0]) not in self.y:
                 self.m.Add(self.gpu_count(s) == sum(opt.tp * self.x[s, o] for o, opt in enumerate(st.options)))
                 continue
-            # z[o,k] = x[s,o] and y[s,k]: the pool holds k x tp GPUs
             self.m.AddExactlyOne(self.y[s, k] for k in counts)
             if counts != list(st.replica_counts()):  # explaining a fixed --replicas N
                 self._require(f"replicas[{st.name}]", self.m.Add(self.y[s, st.fixed_replicas] == 1))
-            z = {}
-            for o, opt in enumerate(st.options):
-                for k in counts:
-                    z[o, k] = self.m.NewBoolVar(f"z[{st.name}][tp={opt.tp}][r={k}]")
-                    self.m.AddImplication(z[o, k], self.x[s, o])
-                    self.m.AddImplication(z[o, k], self.y[s, k])
-                    self.m.AddBoolOr([self.x[s, o].Not(), self.y[s, k].Not(), z[o, k]])
-            self.m.Add(self.gpu_count(s) == sum(k * st.options[o].tp * v for (o, k), v in z.items()))
+            # r[s,o]: the replica count at TP option o (0 unless x[s,o]), linear in x and y
+            # (no Boolean per option and count): the pool holds sum_o tp_o r[s,o] GPUs
+            r = {o: self.m.NewIntVar(0, counts[-1], f"replicas[{st.name}][tp={opt.tp}]")
+                 for o, opt in enumerate(st.options)}
+            for o, v in r.items():
+                self.m.Add(v <= counts[-1] * self.x[s, o])
+                self.m.Add(v >= counts[0] * self.x[s, o])
+            self.m.Add(sum(r.values()) == sum(k * self.y[s, k] for k in counts))
+            self.r[s] = r
+            self.m.Add(self.gpu_count(s) == sum(st.options[o].tp * v for o, v in r.items()))
 
     def replica_count(self, s: int):
         """The number of replicas of stage s: a variable's sum, or the one fixed count."""
@@ -325,6 +330,14 @@ class Model(Objective):
                     more = self.m.Add(self.kv[s] >= _up(st.min_kv_bytes(opt)))
                     more.OnlyEnforceIf(self.x[s, o])
                     self._require(f"min-concurrency[{st.name}]", more)
+
+    def _add_min_replicas(self) -> None:
+        """A target request rate's minimum (--target-rate, planning/rate.py): replicas >= min_replicas."""
+        for s, st in enumerate(self.pb.stages):
+            if st.min_replicas > 1:
+                count = self.replica_count(s)
+                count = self.m.NewConstant(count) if isinstance(count, int) else count
+                self._require(f"rate[{st.name}]", self.m.Add(count >= st.min_replicas))
 
     def _add_capacity_units(self) -> None:
         for s, st in enumerate(self.pb.stages):

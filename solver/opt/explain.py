@@ -78,6 +78,8 @@ def _describe(problem: Problem, group: str, subject: str) -> str:
         )
     if group == "replicas":
         return f"{st.name} runs {st.fixed_replicas} replicas (--replicas {st.fixed_replicas})"
+    if group == "rate":
+        return f"{st.name} needs at least {st.min_replicas} replicas to serve the target rate (--target-rate)"
     if group == "pinned-tp":
         return f"{st.name} is pinned to tensor_parallel_size {st.pinned_tp}"
     if group == "pinned-devices":

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..inputs.gpus import Gpu, first_on_each_host
+from ..vllm.facts import MiB
 from ..memory.stage_memory import StageMemory, tokens_needed
 from ..startup.residency import resident_sets
 
@@ -44,6 +45,9 @@ class StageProblem:
     # num_replicas); they share the TP degree and the fraction. 1..max_replicas.
     max_replicas: int = 1
     fixed_replicas: int | None = None
+    # The fewest replicas a target request rate needs (--target-rate, planning/rate.py):
+    # replicas >= min_replicas, one constraint in cpsat.py and a filter in bruteforce.py.
+    min_replicas: int = 1
 
     @property
     def may_replicate(self) -> bool:
@@ -144,3 +148,11 @@ class Problem:
 
     def host_type(self, gpu: Gpu) -> object:
         return self.host_keys[gpu.node]
+
+
+def mib_down(nbytes: int) -> int:
+    return nbytes // MiB
+
+
+def mib_up(nbytes: int) -> int:
+    return -(-nbytes // MiB)

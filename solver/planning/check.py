@@ -269,8 +269,10 @@ def unknown_keys(config: ConfigFile, version: OmniVersion) -> list[tuple[int | N
     return out
 
 
-def _closest(key: str, known: frozenset[str]) -> str:
-    return difflib.get_close_matches(key, sorted(known), n=1, cutoff=0.0)[0]
+def _closest(key: str, known: frozenset[str]) -> str | None:
+    """The known key nearest to `key` (difflib's default 0.6 similarity), or None: no guess."""
+    found = difflib.get_close_matches(key, sorted(known), n=1)
+    return found[0] if found else None
 
 
 def _key_problems(pipeline: PipelineSpec, config: ConfigFile, version: OmniVersion) -> list[CheckProblem]:
@@ -282,7 +284,8 @@ def _key_problems(pipeline: PipelineSpec, config: ConfigFile, version: OmniVersi
         where = f"stage {sid} ({name})" if name else "the top level"
         found.append(CheckProblem("unknown-key", name, None,
                                   f"{key}: vLLM-Omni {version.name} reads no such key in {where} and drops it, so it "
-                                  f"runs as if absent; did you mean {closest}?{note}", {}, line))
+                                  f"runs as if absent{f'; did you mean {closest}?' if closest else ''}{note}", {},
+                                  line))
     return found
 
 

@@ -42,7 +42,7 @@ def resolve_check(o: dict[str, Any], before_reading: Callable[[], None] | None =
     with option("model"):
         pipeline = resolve(o["model"]).pipeline
     with option("omni_version"):
-        version = omni_version(o.get("omni_version") or NEWEST_OMNI_VERSION)
+        version = omni_version(NEWEST_OMNI_VERSION if o.get("omni_version") is None else o["omni_version"])
     with option("buffer"):
         buffer_gib = buffer_option(o.get("buffer"))
     with option("exclusive"):

@@ -297,7 +297,7 @@ def resolve_request(o: dict[str, Any]) -> Request:
         source = resolve(o["model"])
     pipeline = source.pipeline
     with option("omni_version"):
-        version = omni_version(o.get("omni_version") or NEWEST_OMNI_VERSION)
+        version = omni_version(NEWEST_OMNI_VERSION if o.get("omni_version") is None else o["omni_version"])
     with option("buffer"):
         buffer_gib = buffer_option(o.get("buffer"))
 

@@ -90,6 +90,7 @@ class Plan:
     # then names them, and `asked` is the request as the user gave it
     knobs_lowered: tuple[KnobChange, ...] = ()
     asked: Request | None = None
+    rate: object | None = None  # --target-rate: planning/rate.py's RatePlan (None: a plan for memory alone)
 
     @property
     def min_kv_requests(self) -> float:
