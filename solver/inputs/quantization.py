@@ -12,13 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import InputError
+from ..vllm.facts import VLLM_DTYPES
+from ..vllm.quantization import (
+    MXFP4_PADDING,
+    MXFP4_PADDING_UNKNOWN,
+    QUANT_SCALE_BYTES_PER_WEIGHT,
+)
 
-DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "half": "float16", "float32": "float32", "float": "float32"}
-
-# Per-tensor and per-channel scales: one fp32 per tensor or per output row, below 4 / 1024 bytes
-# per weight for any layer at least 1024 wide (estimate, high).
-_ROW_SCALE = 4 / 1024
-
+# torch_dtype names a config may give: the names vLLM reads as a dtype (vllm.facts.VLLM_DTYPES)
+DTYPES = {name: torch for name, torch in VLLM_DTYPES.items() if torch is not None}
 
 @dataclass(frozen=True)
 class QuantBytes:
@@ -32,15 +34,6 @@ class QuantBytes:
     tp: int = 1  # the TP degree the intermediate padding is taken at (per rank)
 
 
-# vllm 0.11.0 model_executor/layers/quantization/mxfp4.py Mxfp4MoEMethod.create_weights: per backend,
-# (hidden, intermediate per partition) round-up. MARLIN: "n % 256 == 0 and k % 128 == 0" -> intermediate
-# 128, hidden 256; SM100 FlashInfer TRTLLM/BF16 and ROCm: 256, 256; SM100 FlashInfer CUTLASS and SM90
-# FlashInfer BF16: 128, 128; TRITON (CUDA): intermediate 64, hidden as is.
-MXFP4_PADDING = {"marlin": (256, 128), "triton": (1, 64), "sm90_fi_mxfp4_bf16": (128, 128),
-                 "sm100_fi_mxfp4_mxfp8_cutlass": (128, 128), "sm100_fi_mxfp4_mxfp8_trtllm": (256, 256),
-                 "sm100_fi_mxfp4_bf16": (256, 256), "rocm": (256, 256)}
-# The backend unknown: the largest round-up of any backend in each dimension (errs high).
-MXFP4_PADDING_UNKNOWN = (256, 256)
 # `quantization_config[MXFP4_BACKEND_KEY]`: {"backends": [names vLLM may pick], "tp": n}, set by a caller
 # that knows the GPU and vLLM version (memory/accuracy.py); the largest padding of those backends counts.
 MXFP4_BACKEND_KEY = "_vllm_mxfp4_backends"
@@ -102,7 +95,7 @@ def _compressed_tensors(q: dict, where: str) -> float:
             block = w.get("block_structure") or [128, 128]
             widest = max(widest, bits / 8 + 4 / (block[0] * block[1]))
         elif strategy in ("tensor", "channel"):
-            widest = max(widest, bits / 8 + _ROW_SCALE)
+            widest = max(widest, bits / 8 + QUANT_SCALE_BYTES_PER_WEIGHT)
         else:
             raise InputError(f"{where}: compressed-tensors strategy {strategy!r} is not modelled")
     return widest
@@ -121,7 +114,7 @@ def quant_bytes(cfg: dict, where: str, override: str | None = None) -> QuantByte
         if override in (None, "none"):
             return None
         if override == "fp8":
-            return QuantBytes(1 + _ROW_SCALE, 1 + _ROW_SCALE, "fp8")
+            return QuantBytes(1 + QUANT_SCALE_BYTES_PER_WEIGHT, 1 + QUANT_SCALE_BYTES_PER_WEIGHT, "fp8")
         raise InputError(f"{where}: --quantization {override!r} on a checkpoint without quantization_config is not "
                          "modelled (only fp8 quantizes at load)")
     method = q.get("quant_method")
@@ -129,7 +122,7 @@ def quant_bytes(cfg: dict, where: str, override: str | None = None) -> QuantByte
         raise InputError(f"{where}: --quantization {override!r} does not match the checkpoint's {method!r}")
     if method == "fp8":  # quantization/fp8.py: fp8 weights, fp32 scale_inv per weight_block_size block
         block = q.get("weight_block_size")
-        extra = 4 / (block[0] * block[1]) if isinstance(block, list) and len(block) == 2 else _ROW_SCALE
+        extra = 4 / (block[0] * block[1]) if isinstance(block, list) and len(block) == 2 else QUANT_SCALE_BYTES_PER_WEIGHT
         return QuantBytes(1 + extra, 1 + extra, "fp8")
     if method in ("gptq", "awq"):  # quantization/gptq.py, awq.py: packed int32 qweight, fp16 scales, packed zeros
         bits = _int(q, "bits" if method == "gptq" else "w_bit" if "w_bit" in q else "bits", where, (2, 3, 4, 8))
@@ -150,7 +143,7 @@ def quant_bytes(cfg: dict, where: str, override: str | None = None) -> QuantByte
         if q.get("load_in_4bit"):  # 4-bit nf4/fp4, an fp32 absmax per 64 weights (double quant: less)
             return QuantBytes(0.5 + 4 / 64, 0.5 + 4 / 64, method)
         if q.get("load_in_8bit"):  # int8 with an fp32 scale per row
-            return QuantBytes(1 + _ROW_SCALE, 1 + _ROW_SCALE, method)
+            return QuantBytes(1 + QUANT_SCALE_BYTES_PER_WEIGHT, 1 + QUANT_SCALE_BYTES_PER_WEIGHT, method)
         raise InputError(f"{where}: bitsandbytes quantization_config with neither load_in_4bit nor load_in_8bit")
     raise InputError(f"{where}: quantization method {method!r} is not modelled (known: fp8, gptq, awq, "
                      "compressed-tensors, mxfp4, bitsandbytes)")
