@@ -383,6 +383,7 @@ def test_a_time_limited_plan_says_how_to_reproduce_it():
     (["--omni-version", ""], "not a vLLM-Omni version"),  # an unset $V is no silent 0.30
     (["--format", "json", "-o", "{tmp}/j/"], "this output is one file"),  # a trailing / never makes a file
     (["-o", "{tmp}/y/"], "this output is one file"),
+    (["--max-model-len", "99999999999999999999999"], "99999999999999999999999 is out of range"),
 ])
 def test_empty_versions_and_folder_names_for_one_file_are_refused(tmp_path, args, words):
     result = run("--gpus", "2xH100-80GB", *QWEN3, *[a.format(tmp=tmp_path) for a in args], "-q")
@@ -396,3 +397,11 @@ def test_the_api_refuses_an_unknown_format_in_one_line():
 
     with pytest.raises(InputError, match="format 'xml' is not one of yaml, json"):
         plan(Request(gpus="2xH100-80GB", model="qwen3-omni-moe"), fmt="xml")
+
+
+@pytest.mark.parametrize("key", ["tensor_parallel_size", "num_replicas", "sequence_parallel_size"])
+def test_a_gpu_count_beyond_any_inventory_in_a_file_is_one_line(tmp_path, key):
+    path = tmp_path / "deploy.yaml"
+    path.write_text(f"stages:\n- stage_id: 0\n  {key}: 99999999999999999999\n- stage_id: 1\n- stage_id: 2\n")
+    result = run("check", str(path), "--gpus", "2xH100-80GB", *QWEN3)
+    assert one_line_error(result) and f"{key} 99999999999999999999 is more than the 1024 GPUs" in result.stderr

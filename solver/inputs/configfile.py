@@ -155,8 +155,9 @@ def _devices(value: Any, where: str) -> tuple[int, ...] | None:
     return tuple(int(p) for p in parts)
 
 
-def _integer(value: Any, where: str, field: str, low: int = 1) -> int | None:
-    """An int as vLLM's pydantic fields take it: an int, or a float with no fraction."""
+def _integer(value: Any, where: str, field: str, low: int = 1, high: int | None = None) -> int | None:
+    """An int as vLLM's pydantic fields take it: an int, or a float with no fraction; `high`: a
+    count of GPUs, above which no inventory this tool judges can hold it."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or (
@@ -165,6 +166,8 @@ def _integer(value: Any, where: str, field: str, low: int = 1) -> int | None:
         raise InputError(f"{where}: {field} {_show(value)} is not a whole number")
     if value < low:
         raise InputError(f"{where}: {field} {_show(value)} must be at least {low}")
+    if high is not None and value > high:
+        raise InputError(f"{where}: {field} {_show(value)} is more than the {high} GPUs this tool judges")
     return int(value)
 
 
@@ -211,7 +214,7 @@ def _setting(flat: dict, devices: Any, where: str, replicas: Any = None) -> Stag
     if mode.endswith("NONE"):
         eager = True  # no graphs captured, as enforce_eager (vllm_omni/engine/stage_admission.py)
     for field in ("pipeline_parallel_size", "data_parallel_size"):
-        if (_integer(flat.get(field), where, field) or 1) > 1:
+        if (_integer(flat.get(field), where, field, high=D.MAX_GPUS) or 1) > 1:
             raise InputError(f"{where}: {field} {flat[field]} is not modelled (tensor parallelism and replicas are); "
                              "check cannot judge this file")
     # a diffusion stage's degrees sit in parallel_config (vllm_omni 0.30.0 diffusion/data.py
@@ -220,7 +223,7 @@ def _setting(flat: dict, devices: Any, where: str, replicas: Any = None) -> Stag
     # a degree on the stage itself is moved into parallel_config by vLLM-Omni (config/stage_config.py
     # _apply_diffusion_parallel_runtime_overrides), so both places are read, the stage's first
     degree = {field: _integer(flat[field] if flat.get(field) is not None else parallel.get(field),
-                              f"{where}: parallel_config", field) or 1
+                              f"{where}: parallel_config", field, high=D.MAX_GPUS) or 1
               for field in ("pipeline_parallel_size", "data_parallel_size", "cfg_parallel_size", "sequence_parallel_size",
                             "ulysses_degree", "ring_degree", "allgather_degree")}
     for field in ("pipeline_parallel_size", "data_parallel_size", "cfg_parallel_size"):
@@ -235,9 +238,10 @@ def _setting(flat: dict, devices: Any, where: str, replicas: Any = None) -> Stag
                          f"the product of its degrees ({sequence_parallel})")
     if sequence_parallel > 1024:
         raise InputError(f"{where}: parallel_config sequence parallelism of {sequence_parallel} is more than any host has GPUs")
-    tp = _integer(flat.get("tensor_parallel_size"), where, "tensor_parallel_size")
+    tp = _integer(flat.get("tensor_parallel_size"), where, "tensor_parallel_size", high=D.MAX_GPUS)
     if tp is None:
-        tp = _integer(parallel.get("tensor_parallel_size"), f"{where}: parallel_config", "tensor_parallel_size")
+        tp = _integer(parallel.get("tensor_parallel_size"), f"{where}: parallel_config", "tensor_parallel_size",
+                      high=D.MAX_GPUS)
     mamba = {}
     for field in ("mamba_cache_dtype", "mamba_ssm_cache_dtype"):  # vllm 0.30.0 config/cache.py MambaDType
         value = _string(flat.get(field), where, field) or "auto"
@@ -275,7 +279,7 @@ def _setting(flat: dict, devices: Any, where: str, replicas: Any = None) -> Stag
         enable_chunked_prefill=_boolean(flat.get("enable_chunked_prefill"), where, "enable_chunked_prefill"),
         enable_prefix_caching=_boolean(flat.get("enable_prefix_caching"), where, "enable_prefix_caching"),
         kv_cache_memory_bytes=_integer(flat.get("kv_cache_memory_bytes"), where, "kv_cache_memory_bytes", low=0) or None,
-        num_replicas=_integer(replicas, where, "num_replicas"),
+        num_replicas=_integer(replicas, where, "num_replicas", high=D.MAX_GPUS),
         disable_hybrid_kv_cache_manager=_boolean(flat.get("disable_hybrid_kv_cache_manager"), where,
                                                  "disable_hybrid_kv_cache_manager"),
         kv_transfer_config=flat.get("kv_transfer_config") is not None,

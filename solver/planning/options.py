@@ -73,6 +73,8 @@ def validate_request(request: Request) -> None:
 
 def parse_int(text: str, what: str) -> int:
     if not _INT.fullmatch(text.strip()):
+        if re.fullmatch(r"[+-]?[0-9]+", text.strip()):  # ASCII digits, too many of them to be a count
+            raise InputError(f"{what}: {text.strip()} is out of range")
         raise InputError(f"{what}: {text!r} is not a whole number")
     return int(text.strip())
 
