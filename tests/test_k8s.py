@@ -227,6 +227,11 @@ def test_the_api_renders_k8s_with_options():
 
 
 def test_the_single_host_file_names_are_one_table():
-    from omni_autoconf.emit import multihost, targets
+    """The API's `files` and the ConfigMap name a single host's file from multihost.SCHEMA_FILE_NAMES."""
+    from omni_autoconf import Request, plan
+    from omni_autoconf.emit import multihost
 
-    assert multihost.SCHEMA_FILE_NAMES == targets.SCHEMA_FILE_NAMES
+    assert list(plan(Request(gpus="2xH100-80GB", model="qwen3-omni-moe")).files) == [multihost.SCHEMA_FILE_NAMES["deploy"]]
+    _, docs = manifests(*FLAGSHIP)
+    config_map = next(d for d in docs if d["kind"] == "ConfigMap")
+    assert list(config_map["data"]) == [multihost.SCHEMA_FILE_NAMES["deploy"]]

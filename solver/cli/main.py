@@ -112,11 +112,7 @@ def build_request(o: dict):
 
     from ..api import Request
 
-    flag = {"gpus": "--gpus", "model": "--model", "omni_version": "--omni-version", "nodes": "--nodes",
-            "schema": "--schema", "kv_cache_dtype": "--kv-cache-dtype", "replicas": "--replicas",
-            "calibration": "--calibration", "buffer": "--buffer", "resolution": "--resolution",
-            "time_limit": "--time-limit", "workers": "--workers"}
-    values = {name: once(o[name], flag[name]) for name in SINGLE}
+    values = {name: once(o[name], "--" + name.replace("_", "-")) for name in SINGLE}
     fields = {name: v for name, v in values.items() if v is not None}
     fields.update({name: o[name] for name in REPEATABLE if o[name]})
     fields.update(allow_untested_tp=o["allow_untested_tp"], pin_kv=o["pin_kv"])

@@ -17,10 +17,6 @@ if TYPE_CHECKING:  # the renderers load on use: the command line reads the names
     from ..planning.planner import Plan
     from ..planning.request import Request
 
-# The file name each schema's single-host file takes in the Python API's `files`.
-SCHEMA_FILE_NAMES = {"deploy": "deploy.yaml", "stage-args": "stage_args.yaml"}
-
-
 @dataclass(frozen=True)
 class Target:
     name: str

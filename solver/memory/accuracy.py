@@ -281,13 +281,8 @@ def _batch(entry: dict, engine: str, version: OmniVersion, total: int | None, mm
         notes.append(f"vLLM's {'LLM class' if usage in (None, 'llm') else 'API server'} batch defaults "
                      f"{default_tokens}/{default_seqs}" + (" (usage context not stated: the larger)" if usage is None
                                                             else ""))
-    # then as the scheduler resolves them (facts.default_batch): chunked prefill on (V1), the token
-    # budget at most max_num_seqs x max_model_len, and a default max_num_seqs at most the budget
-    mns = seqs if seqs is not None else default_seqs
-    mnbt = tokens if tokens is not None else min(mns * mml, default_tokens)
-    if seqs is None:
-        mns = min(mns, mnbt)
-    return mns, mnbt
+    # then as the scheduler resolves them, chunked prefill on (V1)
+    return F.default_batch(version.vllm, str(entry.get("gpu") or ""), total, mml, True, seqs, tokens, usage or "llm")
 
 
 def _observed_bpt(entry: dict, predicted_bpt: int) -> float | None:

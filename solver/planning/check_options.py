@@ -11,8 +11,8 @@ from ..inputs.catalog import PipelineSpec
 from ..inputs.configfile import ConfigFile
 from ..inputs.gpus import Gpu
 from ..memory.calibration import Calibration
-from ..vllm.facts import NEWEST_OMNI_VERSION, OmniVersion
-from .options import OptionError, buffer_option, calibration_option, exclusive_groups, gpus_option, option
+from ..vllm.facts import OmniVersion
+from .options import OptionError, buffer_option, calibration_option, exclusive_groups, gpus_option, option, version_option
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,6 @@ def resolve_check(o: dict[str, Any], before_reading: Callable[[], None] | None =
     `platform`); `before_reading` runs once the options are valid, before the file is read."""
     from ..inputs.configfile import read_config
     from ..inputs.model_source import resolve
-    from ..vllm.facts import omni_version
 
     if not o.get("gpus") or not o.get("model"):
         raise OptionError("gpus" if not o.get("gpus") else "model", "check needs --gpus and --model (see check --help)")
@@ -42,7 +41,7 @@ def resolve_check(o: dict[str, Any], before_reading: Callable[[], None] | None =
     with option("model"):
         pipeline = resolve(o["model"]).pipeline
     with option("omni_version"):
-        version = omni_version(NEWEST_OMNI_VERSION if o.get("omni_version") is None else o["omni_version"])
+        version = version_option(o.get("omni_version"))
     with option("buffer"):
         buffer_gib = buffer_option(o.get("buffer"))
     with option("exclusive"):

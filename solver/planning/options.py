@@ -109,7 +109,7 @@ def per_stage(option_name: str, values: tuple[str, ...], pipeline, cast: Callabl
             if not term:
                 raise InputError(f"{what}: empty term in {text!r}")
             key, sep, raw = term.rpartition("=")
-            value = bounded(cast(raw, what), *limits, what)
+            value = cast(raw, what) if limits is None else bounded(cast(raw, what), *limits, what)
             if sep:
                 stage = pipeline.stage(key.strip())
                 if kv_only and not stage.has_kv_cache:
@@ -161,6 +161,13 @@ def exclusive_groups(values: tuple[str, ...], pipeline) -> tuple[tuple[str, ...]
             raise InputError(f"--exclusive {text!r}: name at least two different stages, e.g. thinker,code2wav")
         groups.append(tuple(names))
     return tuple(groups)
+
+
+def version_option(text: str | None):
+    """--omni-version (absent: the newest; an empty value is refused, never read as absent)."""
+    from ..vllm.facts import omni_version
+
+    return omni_version(NEWEST_OMNI_VERSION if text is None else text)
 
 
 def buffer_option(text: str | None) -> float:
@@ -235,29 +242,19 @@ def bools_option(option_name: str, values: tuple[str, ...], pipeline) -> dict[st
     return out
 
 
+def _dtype_name(text: str, what: str) -> str:
+    from ..vllm.facts import VLLM_DTYPES
+
+    name = text.strip().lower()
+    if name not in VLLM_DTYPES:
+        raise InputError(f"{what}: {text.strip()!r} is not a dtype vLLM accepts ({', '.join(VLLM_DTYPES)})")
+    return name
+
+
 def dtype_option(values: tuple[str, ...], pipeline) -> dict[str, str]:
     """`--dtype [STAGE=]NAME` (a name vLLM accepts: vllm.facts.VLLM_DTYPES) per stage; a value for
     every stage applies to the LLM stages (a diffusion stage keeps its own dtype)."""
-    from ..vllm.facts import VLLM_DTYPES
-
-    out: dict[str, str] = {}
-    everything = None
-    for text in values:
-        for term in text.split(","):
-            key, sep, raw = term.strip().rpartition("=")
-            name = raw.strip().lower()
-            if name not in VLLM_DTYPES:
-                raise InputError(f"--dtype {term.strip()!r}: {raw.strip()!r} is not a dtype vLLM accepts "
-                                 f"({', '.join(VLLM_DTYPES)})")
-            if not sep:
-                if everything is not None:
-                    raise InputError(f"--dtype: given twice for every stage ({everything} and {name})")
-                everything = name
-                continue
-            stage = pipeline.stage(key.strip()).name
-            if stage in out:
-                raise InputError(f"--dtype: {stage} is given twice ({out[stage]} and {name})")
-            out[stage] = name
+    out, everything = per_stage("dtype", values, pipeline, _dtype_name, None)
     if everything is not None:
         for st in pipeline.stages:
             if st.bounded_by_fraction:
@@ -291,7 +288,6 @@ def resolve_request(o: dict[str, Any]) -> Request:
     command line has always checked them). Keys are the API's field names; single options
     hold a string or None, repeatable ones a tuple of strings, flags a bool."""
     from ..inputs.model_source import resolve
-    from ..vllm.facts import omni_version
 
     if not o.get("gpus") or not o.get("model"):
         raise OptionError("gpus" if not o.get("gpus") else "model", "both --gpus and --model are required (see --help)")
@@ -299,7 +295,7 @@ def resolve_request(o: dict[str, Any]) -> Request:
         source = resolve(o["model"])
     pipeline = source.pipeline
     with option("omni_version"):
-        version = omni_version(NEWEST_OMNI_VERSION if o.get("omni_version") is None else o["omni_version"])
+        version = version_option(o.get("omni_version"))
     with option("buffer"):
         buffer_gib = buffer_option(o.get("buffer"))
 

@@ -342,9 +342,14 @@ def plan(request: Request, on_solve: Callable[[Problem], None] | None = None) ->
         return replace(lowered, knobs_lowered=knob_changes(choice, build_problem, tp), asked=request,
                        notes=lowered.notes + choice.notes, status="feasible" if choice.notes else lowered.status)
     if solution.status is cpsat.SolveStatus.UNKNOWN:
-        raise NoPlanError(
-            f"no plan found within the time limit ({request.time_limit_s:g} s); nothing was proven either way",
-            ["raise --time-limit (or pin TP degrees with --tp to shrink the search)"],
-            status="unknown",
-        )
+        raise time_limit_error(request)
     return assemble(request, problem, knobs, solution)
+
+
+def time_limit_error(request: Request) -> NoPlanError:
+    """The outcome where the time limit came before any plan: nothing proven either way."""
+    return NoPlanError(
+        f"no plan found within the time limit ({request.time_limit_s:g} s); nothing was proven either way",
+        ["raise --time-limit (or pin TP degrees with --tp to shrink the search)"],
+        status="unknown",
+    )

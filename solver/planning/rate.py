@@ -20,7 +20,7 @@ from ..errors import InputError, NoPlanError
 from ..inputs.gpus import lookup_gpu, parse_gpus
 from ..inputs.perf_profile import PIPELINE_UNIT, Entry, Profile
 from ..opt import cpsat
-from .planner import Plan, assemble, build_problem, no_plan_error
+from .planner import Plan, assemble, build_problem, no_plan_error, time_limit_error
 from .request import Request
 
 MAX_SEARCH = 256  # GPUs the upward search tries beyond its counting bound
@@ -175,8 +175,7 @@ def plan_for_rate(request: Request, target: RateTarget, gpu_type: str | None = N
     if solution.status is cpsat.SolveStatus.INFEASIBLE:
         raise no_plan_error(req, problem)
     if solution.status is cpsat.SolveStatus.UNKNOWN:
-        raise NoPlanError(f"no plan found within the time limit ({req.time_limit_s:g} s)",
-                          ["raise --time-limit"], status="unknown")
+        raise time_limit_error(req)
     plan = assemble(req, problem, knobs, solution)
     planned = {sp.stage.name: sp.num_replicas for sp in plan.stages}
     rates = [replace(r, replicas=planned[r.stage]) for r in rates]

@@ -161,16 +161,14 @@ DIFFUSION_DEFAULT_MAX_NUM_SEQS = 1
 # context LLM_CLASS from 0.18 (vllm_omni/engine/stage_init_utils.py) and the API-server
 # context in 0.14/0.16 serving (vllm_omni/entrypoints/omni_stage.py).
 def default_batch(vllm: tuple[int, int], gpu_name: str, gpu_total_bytes: int, max_model_len: int,
-                  chunked_prefill: bool, max_num_seqs: int | None, max_num_batched_tokens: int | None) -> tuple[int, int]:
-    """(max_num_seqs, max_num_batched_tokens) as vLLM resolves them for a stage."""
-    gib = gpu_total_bytes / GiB
-    api_server = vllm < (0, 18)
-    if gib >= 160 and vllm >= (0, 28):
-        tokens, seqs = 16384, 1024
-    elif gib >= 70 and "A100" not in gpu_name.upper():  # vLLM names the A100 apart
-        tokens, seqs = (8192 if api_server else 16384), 1024
-    else:
-        tokens, seqs = (2048 if api_server else 8192), 256
+                  chunked_prefill: bool, max_num_seqs: int | None, max_num_batched_tokens: int | None,
+                  usage: str | None = None) -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) as vLLM resolves them: its defaults for the usage
+    context (vllm_batch_defaults; None: a vLLM-Omni stage's, the API server's before vLLM 0.18 and
+    the LLM class's from then), then the scheduler's limits."""
+    if usage is None:
+        usage = "api_server" if vllm < (0, 18) else "llm"
+    tokens, seqs = vllm_batch_defaults(vllm, gpu_name, gpu_total_bytes, usage)
     mns = max_num_seqs if max_num_seqs is not None else seqs
     mnbt = max_num_batched_tokens
     if mnbt is None:
