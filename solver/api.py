@@ -73,6 +73,7 @@ class Request(BaseModel):
     devices: Union[dict[StrictStr, Union[list[StrictInt], tuple[StrictInt, ...], StrictStr]], list[StrictStr], None] = None
     enforce_eager: Union[dict[StrictStr, StrictBool], StrictStr, list[StrictStr], None] = None
     dtype: Union[dict[StrictStr, StrictStr], StrictStr, list[StrictStr], None] = None
+    quantization: Union[dict[StrictStr, StrictStr], StrictStr, list[StrictStr], None] = None
     max_model_len: PerStageInt = None
     max_num_seqs: PerStageInt = None
     max_num_batched_tokens: PerStageInt = None
@@ -114,7 +115,7 @@ class Request(BaseModel):
             "time_limit": _text(self.time_limit), "workers": _text(self.workers),
         }
         for name in ("tp", "max_model_len", "max_num_seqs", "max_num_batched_tokens", "min_concurrency", "weight",
-                     "enforce_eager", "dtype"):
+                     "enforce_eager", "dtype", "quantization"):
             out[name] = _texts(getattr(self, name))
         devices = self.devices
         out["devices"] = tuple(f"{k}={_text(v)}" for k, v in devices.items()) if isinstance(devices, dict) \

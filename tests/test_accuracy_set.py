@@ -48,7 +48,10 @@ def test_every_held_out_figure_is_in_its_quoted_lines():
     for e in held:
         for figure in ("model_loading_gib", "available_kv_gib", "kv_cache_tokens"):
             if e.get(figure) is not None:
-                assert any(text in e["quote"] for text in _printed(e[figure])), (e["model"], figure)
+                printed = _printed(e[figure])
+                if figure == "kv_cache_tokens" and e[figure] % 16 == 0:  # V0 prints blocks of 16 tokens
+                    printed += [f"{word} blocks: {e[figure] // 16}" for word in ("GPU", "cuda")]
+                assert any(text in e["quote"] for text in printed), (e["model"], figure)
 
 
 def test_held_out_start_ups_are_reported_apart():
@@ -123,6 +126,19 @@ def test_the_settings_a_log_states_are_read():
     assert v0["quantization"] == "awq" and v0["kv_cache_dtype"] == "fp8" and v0["tensor_parallel_size"] == 2
     banner, _ = parse_settings("(APIServer pid=1) INFO [utils.py:297]  ▄▄ ▄█ █     █     █ ▀▄▀ █  version 0.18.0")
     assert banner["vllm_version"] == "0.18.0"
+    sampler, _ = parse_settings("INFO 09-04 [topk_topp_sampler.py:50] Using FlashInfer for top-p & top-k sampling.")
+    assert sampler["sampler"] == "flashinfer"
+    fallback, _ = parse_settings("WARNING [topk_topp_sampler.py:61] FlashInfer is not available. Falling back to "
+                                 "the PyTorch-native implementation of top-p & top-k sampling.")
+    assert fallback["sampler"] == "pytorch"
+
+
+def test_the_sampler_a_log_names_sets_the_profile_peak():
+    """The same vLLM 0.10.1.1 start-up with FlashInfer's sampler leaves more KV than with the sort path."""
+    entry = next(e for e in entries() if "Using FlashInfer for top-p & top-k sampling" in e.get("quote", ""))
+    with_flashinfer = run([entry])[0][0].predicted["available_kv_gib"]
+    pytorch = run([{**entry, "sampler": "pytorch"}])[0][0].predicted["available_kv_gib"]
+    assert with_flashinfer > pytorch + 0.5
 
 
 def test_bench_entry_turns_a_log_and_its_config_into_an_entry(tmp_path):

@@ -93,7 +93,7 @@ def test_weights_are_within_3_percent_where_logged():
 def test_the_qwen3_omni_entries_are_reproduced():
     results, _ = shipped()
     omni = [r for r in results if r.model.startswith("qwen3-omni-moe")]
-    assert len(omni) == 3 and all(r.status == "modelled" for r in omni)
+    assert len(omni) >= 3 and all(r.status == "modelled" for r in omni)
     talker = next(r for r in omni if r.observed["kv_cache_tokens"])
     assert talker.predicted["kv_bytes_per_token"] == 20480 == talker.observed["kv_bytes_per_token"]
 

@@ -44,3 +44,11 @@ def test_the_sort_path_matches_the_llm_d_table_at_1024_rows():
     accuracy.jsonl) logs 4.76 GiB for Llama-3.1-8B at 1024 rows, 8192 tokens on the sort path."""
     measured = profile_terms(_llama_8b(), 1, 16_000, 1024, 8192, _plain_version((0, 16))).measured / GiB
     assert 4.76 <= measured <= 4.76 * 1.05, measured
+
+
+def test_a_log_that_shows_flashinfer_sampling_takes_its_two_fp32_tensors():
+    # vllm 0.10.1.1 topk_topp_sampler.py: FlashInfer's top_k_top_p_sampling_from_logits (masked logits
+    # and probs, fp32) when the optional package is installed, beside the bf16 logits and fp32 copy
+    flashinfer = sampler_bytes(256, VOCAB, HIDDEN, 2, (0, 10), flashinfer=True)
+    assert flashinfer == 256 * VOCAB * 14 + 2 * 256 * HIDDEN * 2
+    assert sampler_bytes(256, VOCAB, HIDDEN, 2, (0, 10)) == 256 * VOCAB * 38 + 2 * 256 * HIDDEN * 2  # not known: sort

@@ -39,6 +39,9 @@ from .output_files import check_output_path, write_output
 @click.option("--enforce-eager", multiple=True, metavar="STAGE=true|false", help="enforce_eager (default: the bundled config's).")
 @click.option("--dtype", multiple=True, metavar="[STAGE=]NAME",
               help="vLLM's --dtype per stage: auto, bfloat16, float16 (half), float32 (float). Default: auto.")
+@click.option("--quantization", multiple=True, metavar="[STAGE=]METHOD",
+              help="vLLM's --quantization per stage: fp8 quantizes an unquantized model at load; on a quantized "
+              "checkpoint only its own method (or its Marlin kernel). Default: the checkpoint's.")
 @click.option("--max-model-len", multiple=True, metavar="[STAGE=]N", help="max_model_len of KV stages (default: the bundled config's, else the model's maximum position).")
 @click.option("--max-num-seqs", multiple=True, metavar="[STAGE=]N", help="max_num_seqs (default: the bundled config's), where the model can batch that many.")
 @click.option("--max-num-batched-tokens", multiple=True, metavar="[STAGE=]N", help="max_num_batched_tokens (default: the bundled config's).")
@@ -101,7 +104,7 @@ SINGLE = ("gpus", "model", "omni_version", "nodes", "schema", "kv_cache_dtype", 
           "resolution", "time_limit", "workers")
 # Options of the output target (emit/targets.py Target.options), passed to its render.
 RENDER_OPTIONS = ("image", "namespace", "name", "model_pvc", "hf_token_secret")
-REPEATABLE = ("tp", "devices", "enforce_eager", "dtype", "max_model_len", "max_num_seqs", "max_num_batched_tokens",
+REPEATABLE = ("tp", "devices", "enforce_eager", "dtype", "quantization", "max_model_len", "max_num_seqs", "max_num_batched_tokens",
               "min_concurrency", "weight", "exclusive")
 
 
@@ -198,8 +201,10 @@ def list_gpus() -> None:
 
 @main.command("models")
 def list_models() -> None:
-    """List the model catalog with each pipeline's stages and tested TP degrees."""
+    """List the model catalog with each pipeline's stages and tested TP degrees, and how its memory
+    terms are known: measured (a start-up log), derived (config, tensor sizes, code) or estimated."""
     from ..inputs.catalog import model_catalog
+    from ..inputs.catalog_provenance import provenance
     from ..vllm.facts import range_text
 
     width = max(len(name) for name in model_catalog())
@@ -209,7 +214,9 @@ def list_models() -> None:
         )
         served = f"deploy {range_text(spec.deploy_versions)}" + (
             f", stage_args {range_text(spec.legacy_versions)}" if spec.legacy_versions else "")
-        click.echo(f"{spec.name:<{width}}  {spec.hf_id}: {stages}  [{served}]")
+        terms = provenance(spec)
+        click.echo(f"{spec.name:<{width}}  {spec.hf_id}: {stages}  [{served}]  memory terms: "
+                   f"{terms['measured']} measured, {terms['derived']} derived, {terms['estimated']} estimated")
 
 
 def _register() -> None:

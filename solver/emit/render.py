@@ -163,6 +163,8 @@ def _planned_fields(sp: StagePlan, pin_kv: bool = False) -> dict[str, Any]:
     fields["enforce_eager"] = sp.knobs.enforce_eager
     if sp.knobs.dtype is not None:
         fields["dtype"] = sp.knobs.dtype
+    if sp.knobs.quantization is not None:
+        fields["quantization"] = sp.knobs.quantization
     if sp.knobs.kv_cache_dtype != "auto" and sp.stage.has_kv_cache:
         fields["kv_cache_dtype"] = sp.knobs.kv_cache_dtype
     if pin_kv and sp.stage.has_kv_cache:

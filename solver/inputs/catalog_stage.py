@@ -27,6 +27,8 @@ class StageSpec(Strict):
         "no KV cache, and its fraction bounds nothing (diffusion_profile)."
     )
     dtype: str = Field(description="dtype the weights are loaded in.")
+    quantization: str | None = Field(default=None, description="A stage read from a quantized checkpoint's "
+                                     "config.json: its quant_method (vLLM's `quantization` must match it).")
     components: list[Component] = Field(min_length=1, description="What it loads, block by block.")
     transformer: Transformer = Field(description="The decoder's geometry (KV bytes, profile-run activations, buffers).")
     vision_tower: VisionTower | None = Field(default=None, description="A Qwen-VL tower the profile run encodes.")

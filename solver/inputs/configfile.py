@@ -48,6 +48,7 @@ class StageSetting:
     disable_hybrid_kv_cache_manager: bool | None = None
     kv_transfer_config: bool = False  # the stage names one (its connector may turn the hybrid manager off)
     dtype: str | None = None
+    quantization: str | None = None  # vLLM's `quantization` (fp8 quantizes an unquantized checkpoint at load)
     mamba_cache_dtype: str = "auto"  # a hybrid's conv state dtype (auto: the model's)
     mamba_ssm_cache_dtype: str = "auto"  # its SSM state dtype (auto: the model's config hook, else the conv dtype)
     kv_skip_layers: int = 0  # kv_cache_dtype_skip_layers: layers whose KV stays in the model dtype
@@ -284,6 +285,7 @@ def _setting(flat: dict, devices: Any, where: str, replicas: Any = None) -> Stag
                                                  "disable_hybrid_kv_cache_manager"),
         kv_transfer_config=flat.get("kv_transfer_config") is not None,
         dtype=_string(flat.get("dtype"), where, "dtype"),
+        quantization=_string(flat.get("quantization"), where, "quantization"),
         kv_skip_layers=len({int(x) for x in skip}),
         sequence_parallel=sequence_parallel,
         **mamba,
@@ -332,7 +334,7 @@ def _legacy(raw: dict, path: str, lines: dict) -> ConfigFile:
 
 
 PIPELINE_WIDE_FIELDS = ("enable_prefix_caching", "enable_chunked_prefill", "data_parallel_size", "pipeline_parallel_size",
-                        "dtype")
+                        "dtype", "quantization")
 
 # The comment line render.py writes into each file of a multi-host plan: such a file places
 # only its host's stages, so judged as a whole pipeline it would be wrong.

@@ -322,6 +322,7 @@ def one_stage_pipeline(cfg: dict, name: str, where: str = "config.json") -> dict
         "name": "llm",
         "role": "autoregressive",
         "dtype": dtype,
+        "quantization": (cfg.get("quantization_config") or {}).get("quant_method"),
         "components": [
             *components,
             {"name": "embeddings", "params": embeddings, "sharding": "tp",

@@ -157,6 +157,10 @@ _ENGINE_KEYS = {"model": "model", "dtype": "dtype", "max_seq_len": "max_model_le
                 "quantization": "quantization", "enforce_eager": "enforce_eager", "kv_cache_dtype": "kv_cache_dtype"}
 _VERSION = (re.compile(r"vLLM API server version (\d+\.\d+[\w.+]*)"), re.compile(r"█\s+version (\d+\.\d+[\w.+]*)"))
 _CHUNKED = re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)")
+# Which top-k/top-p sampler V1 chose (vllm 0.10.1.1-0.12.0 v1/sample/ops/topk_topp_sampler.py): "flashinfer"
+# or "pytorch"; the profile run's sampler peak depends on it (memory/profile_run.py sampler_bytes).
+SAMPLER_LINES = ((re.compile(r"Using FlashInfer for top-p & top-k sampling"), "flashinfer"),
+                 (re.compile(r"Falling back to the PyTorch-native implementation of top-p & top-k"), "pytorch"))
 
 
 def _value(text: str):
@@ -198,6 +202,9 @@ def parse_settings(text: str) -> tuple[dict, list[int]]:
         c = _CHUNKED.search(line)
         if c:
             found["max_num_batched_tokens"], hit = int(c.group(1)), True
+        for pattern, sampler in SAMPLER_LINES:
+            if pattern.search(line):
+                found["sampler"], hit = sampler, True
         if hit:
             used.append(n)
     return found, used

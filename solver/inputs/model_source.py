@@ -42,6 +42,10 @@ from .yamlio import parse_json, read_text
 _ELEMENT = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "BF16": 2, "F16": 2, "I16": 2, "U16": 2,
             "F8_E4M3": 1, "F8_E5M2": 1, "I8": 1, "U8": 1, "BOOL": 1}
 _REPLICATED = re.compile(r"(norm|\.gate\.weight$|router)")
+# token embeddings and the LM head: vocabulary-parallel in vLLM, never quantized at load (fp8's
+# online method quantizes LinearBase and FusedMoE layers only; vllm 0.30.0 quantization/online/base.py)
+_EMBEDDINGS = re.compile(r"(embed_tokens|lm_head|\.wte\.|word_embeddings|embed_out)")
+_FLOAT = ("F32", "BF16", "F16")
 # LeRobot policy configs name their kind in `type`, not model_type (vllm_omni 0.30.0 diffusion/data.py:1726-1735)
 _LEROBOT_TYPES = {"pi0": "pi0", "pi05": "pi05"}
 # a diffusers model_index.json class a catalog pipeline's diffusion stage runs, where its model_arch names the
@@ -232,6 +236,7 @@ def _components(st, tensors, ckpt: Checkpoint):
     load_elem = {"float32": 4}.get(st.dtype)
     cast = None
     groups: dict[str, tuple[Component | None, int]] = {}
+    stored: dict[str, set[str]] = {}  # the safetensors dtypes each group holds
     prefixed = [c for c in st.components if c.tensor_prefix]
     for t in tensors:
         elem = _ELEMENT.get(t.dtype)
@@ -247,13 +252,23 @@ def _components(st, tensors, ckpt: Checkpoint):
             if loaded != elem:
                 size = t.nbytes // elem * loaded
                 cast = t.dtype
-        key = owner.name if owner else ("norms_and_routers" if _REPLICATED.search(t.name) else "linear")
+        key = owner.name if owner else ("norms_and_routers" if _REPLICATED.search(t.name) else
+                                        "embeddings" if _EMBEDDINGS.search(t.name) else
+                                        "linear_biases" if t.name.endswith(".bias") else "linear")
         prev = groups.get(key, (owner, 0))
         groups[key] = (owner, prev[1] + size)
+        stored.setdefault(key, set()).add("cast" if size != t.nbytes else t.dtype)
     out = []
     for key, (owner, nbytes) in sorted(groups.items()):
         base = {"name": key, "params": max(1, nbytes), "dtype": "bytes",
                 "source": f"{ckpt.source}: stored tensor sizes from the safetensors headers"}
+        # a group stored in the dtype it loads in is parameters of that dtype (so --dtype and
+        # --quantization fp8 rescale it); quantized or mixed groups stay bytes
+        loaded = (owner.dtype if owner is not None and owner.dtype else None) or st.dtype
+        elem = int(DTYPE_BYTES[loaded]) if loaded in ("bfloat16", "float16", "float32") else 0
+        if (elem and stored[key] <= set(_FLOAT)
+                and all(_ELEMENT[d] == elem for d in stored[key]) and nbytes % elem == 0):
+            base.update(params=max(1, nbytes // elem), dtype=owner.dtype if owner is not None else None)
         if owner is not None:
             base.update(sharding=owner.sharding, split_versions=owner.split_versions, split_divides=owner.split_divides,
                         only_if=owner.only_if, tensor_prefix=owner.tensor_prefix, cast_at_load=owner.cast_at_load)

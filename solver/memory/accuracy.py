@@ -81,8 +81,10 @@ def _stage(entry: dict):
 # vllm 0.11.0 model_executor/layers/quantization/mxfp4.py get_mxfp4_backend, on CUDA: compute capability
 # below 9 -> MARLIN; 9.0 -> FlashInfer only when VLLM_USE_FLASHINFER_MOE_MXFP4_BF16=1 (envs.py default 0),
 # else TRITON when the optional `triton_kernels` package imports and torch >= 2.8.0, MARLIN otherwise (the
-# log does not say which, so both count and the larger padding is taken). Only 0.11 is read here; other
+# log does not say which, so both count and the larger padding is taken). 0.10.1.1 (Mxfp4MoEMethod.
+# _should_use_marlin) and 0.14.1 choose among the same kernels with the same padding on these GPUs; other
 # versions and GPUs keep quantization.py's unknown-backend padding (errs high).
+MXFP4_BACKENDS_READ = ((0, 10), (0, 14))
 _SM90 = ("H100", "H200", "H800", "H20", "GH200")
 _SM8X = ("A100", "A800", "A10", "A30", "A40", "A6000", "L4", "L40", "L20", "RTX 30", "RTX 40", "RTX A")
 
@@ -90,7 +92,7 @@ _SM8X = ("A100", "A800", "A10", "A30", "A40", "A6000", "L4", "L40", "L20", "RTX 
 def _mxfp4_backends(entry: dict) -> list[str] | None:
     vllm = _vllm_version(entry)
     gpu = str(entry.get("gpu") or "").upper()
-    if vllm != (0, 11) or not gpu:
+    if vllm is None or not MXFP4_BACKENDS_READ[0] <= vllm <= MXFP4_BACKENDS_READ[1] or not gpu:
         return None
     if any(name.upper() in gpu for name in _SM90):
         return ["marlin", "triton"]
@@ -185,7 +187,11 @@ def _predict(index: int, source: str, model: str, entry: dict) -> EntryResult:
     else:
         seqs, tokens = _batch(entry, engine, version, total, mml, spec, notes)
     knobs = StageKnobs(mml, seqs, tokens, bool(entry.get("enforce_eager")), kv_dtype,
-                       async_chunk=omni is not None)
+                       async_chunk=omni is not None, flashinfer_sampler=_flashinfer_sampler(entry),
+                       dtype=_setting_text(entry, "dtype"),
+                       # a quantized checkpoint started, so the setting was its own method (or its Marlin
+                       # kernel): only a run-time quantization of an unquantized one changes the weights
+                       quantization=None if spec.quantization else _setting_text(entry, "quantization"))
     memory = stage_memory(spec, tp, knobs, version)
     bpt = memory.kv_bytes_per_token  # with sliding-window layers, the effective figure of a max_model_len request
     printed = printed_pool_bytes_per_token(memory.kv_layout, version.vllm)
@@ -216,8 +222,9 @@ def _predict(index: int, source: str, model: str, entry: dict) -> EntryResult:
                and observed["available_kv_gib"] is not None and not entry.get("bound_exempt"))
     if entry.get("bound_exempt"):
         notes.append(f"outside the accuracy bound: {entry['bound_exempt']}")
-    planned_vllm = vllm is None or vllm <= NEWEST_PLANNED_VLLM
-    if not planned_vllm:
+    # plans are made for vLLM-Omni's V1 workers, never for a V0 engine
+    planned_vllm = (vllm is None or vllm <= NEWEST_PLANNED_VLLM) and not engine.upper().startswith("V0")
+    if not planned_vllm and vllm is not None and vllm > NEWEST_PLANNED_VLLM:
         notes.append(f"vLLM {vllm[0]}.{vllm[1]} is newer than any vLLM-Omni version plans are made for "
                      f"(their newest vLLM is {NEWEST_PLANNED_VLLM[0]}.{NEWEST_PLANNED_VLLM[1]})")
     return EntryResult(index, source, model, "modelled", predicted=predicted, observed=observed, notes=notes,
@@ -244,7 +251,30 @@ def _plain_version(vllm: tuple[int, int] | None) -> OmniVersion | None:
     if vllm is None:
         return None
     return OmniVersion(name=f"{vllm[0]}.{vllm[1]}", vllm=vllm, schema="deploy", talker_builds_encoders=False,
-                       caps_to_free_memory=False, has_admission_check=False)
+                       caps_to_free_memory=False, has_admission_check=False, omni_worker=False)
+
+def _setting_text(entry: dict, key: str) -> str | None:
+    """A string setting as vLLM reads it (`dtype`, `quantization`); None where the entry leaves it to
+    the checkpoint ("auto", "default", absent)."""
+    value = entry.get(key)
+    if value is None or str(value).lower() in ("auto", "default", "none", ""):
+        return None
+    return str(value).lower().replace("torch.", "").split()[0]  # "fp8 (checkpoint)": the method
+
+
+def _flashinfer_sampler(entry: dict) -> bool | None:
+    """Whether vLLM sampled with FlashInfer: the entry's `sampler` ("flashinfer" or "pytorch"), else
+    the line of its quote that says which (logparse.SAMPLER_LINES); None when neither says."""
+    from ..inputs.logparse import SAMPLER_LINES
+
+    stated = str(entry.get("sampler") or "").lower()
+    if stated in ("flashinfer", "pytorch"):
+        return stated == "flashinfer"
+    for pattern, sampler in SAMPLER_LINES:
+        if pattern.search(str(entry.get("quote") or "")):
+            return sampler == "flashinfer"
+    return None
+
 
 def _usage_context(entry: dict) -> str | None:
     """"api_server" (`vllm serve`) or "llm" (the offline LLM class): the entry's `usage_context`, else

@@ -141,7 +141,7 @@ def decoder_peak(stage: StageSpec, tp: int, tokens: int) -> int:
 
 
 def profile_terms(stage: StageSpec, tp: int, max_model_len: int, max_num_seqs: int, max_num_batched_tokens: int,
-                  version) -> ProfileTerms:
+                  version, flashinfer_sampler: bool | None = None) -> ProfileTerms:
     """The profile-run peak of a stage with a vLLM decoder, per rank."""
     t = stage.transformer
     tokens = max_num_batched_tokens
@@ -169,7 +169,7 @@ def profile_terms(stage: StageSpec, tp: int, max_model_len: int, max_num_seqs: i
     dec = decoder_peak(stage, tp, tokens)
     work = moe_workspace(stage, tp, tokens, version.vllm)
     rows = min(max_num_seqs, tokens)
-    sampler = sampler_bytes(rows, t.vocab_size, t.hidden_size, elem, version.vllm)
+    sampler = sampler_bytes(rows, t.vocab_size, t.hidden_size, elem, version.vllm, flashinfer_sampler)
     # the decoder's output, all tokens (profile_run keeps `hidden_states` through the sampler run)
     hidden = int(tokens * t.hidden_size * elem)
     # a model whose forward takes the head over every token and clones it (logits_every_token),
@@ -179,14 +179,20 @@ def profile_terms(stage: StageSpec, tp: int, max_model_len: int, max_num_seqs: i
     return ProfileTerms(patches, enc, enc_out, dec, work, sampler, peak, work)
 
 
-def sampler_bytes(rows: int, vocab: int, hidden: int, elem: float, vllm: tuple[int, int]) -> int:
+def sampler_bytes(rows: int, vocab: int, hidden: int, elem: float, vllm: tuple[int, int],
+                  flashinfer: bool | None = None) -> int:
     """S: what the sampler dummy run holds at its peak (vllm/v1/worker/gpu_model_runner.py
     _dummy_sampler_run, 0.10.1-0.30.0): the sampled rows' hidden states and their random
     replacement (`torch.rand_like`), the logits compute_logits returns in the model dtype
     (model_executor/layers/logits_processor.py; under TP gathered whole), their fp32 copy
     (v1/sample/sampler.py, none when the model runs in fp32), then what the top-k/top-p path of
     that version adds per logit (facts.py SAMPLER_*: the Triton or FlashInfer fast path, or
-    PyTorch's sort) and the Triton kernel's cached buffer."""
+    PyTorch's sort) and the Triton kernel's cached buffer. `flashinfer`: True where vLLM is known
+    to have chosen FlashInfer's sampler (facts.FLASHINFER_SAMPLER_IF_INSTALLED_UNTIL); otherwise
+    the path that version takes without the optional flashinfer package."""
+    if flashinfer:
+        return int(rows * vocab * (F.SAMPLER_FAST_BYTES_PER_LOGIT + elem + (0 if elem >= 4 else 4))
+                   + 2 * rows * hidden * elem)
     fast = vllm >= F.TRITON_TOPK_FROM and (rows >= F.TRITON_TOPK_MIN_ROWS or vllm >= F.TRITON_TOPK_ALL_ROWS_FROM)
     if fast:
         per_logit = F.SAMPLER_FAST_BYTES_PER_LOGIT

@@ -27,6 +27,7 @@ from ..vllm import facts as F
 from ..vllm.facts import OmniVersion, in_range
 from .hybrid_kv import PoolLayout, SlidingLayout, effective_bytes_per_token
 from .mamba_pool import state_pool
+from ..vllm.quantization import QUANT_SCALE_BYTES_PER_WEIGHT
 from .profile_run import profile_terms
 
 KvCacheDtype = Literal["auto", "fp8"]
@@ -49,6 +50,11 @@ class StageKnobs:
     mamba_dtypes: tuple[str, str] = ("auto", "auto")  # a file's mamba_cache_dtype, mamba_ssm_cache_dtype
     kv_skip_layers: int = 0  # with fp8 KV: layers kv_cache_dtype_skip_layers keeps in the model dtype
     dtype: str | None = None  # `--dtype` / the stage's `dtype` as vLLM reads it (None: auto, the checkpoint's)
+    quantization: str | None = None  # `--quantization` / the stage's `quantization` (None: the checkpoint's)
+    # FlashInfer's top-k/top-p sampler: True where a log shows vLLM chose it ("Using FlashInfer for
+    # top-p & top-k sampling."), False where it shows the PyTorch fallback; None: that version's
+    # default without the optional flashinfer package (profile_run.sampler_bytes)
+    flashinfer_sampler: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -194,7 +200,8 @@ def activation_peak(stage: StageSpec, tp: int, knobs: StageKnobs, version: OmniV
         if gp.frames_per_seq:
             frames = min(frames, knobs.max_num_seqs * gp.frames_per_seq)
         return frames * gp.bytes_per_frame, 0
-    terms = profile_terms(stage, tp, knobs.max_model_len, knobs.max_num_seqs, knobs.max_num_batched_tokens, version)
+    terms = profile_terms(stage, tp, knobs.max_model_len, knobs.max_num_seqs, knobs.max_num_batched_tokens, version,
+                          flashinfer_sampler=knobs.flashinfer_sampler)
     return terms.measured, terms.persistent + terms.workspaces
 
 
@@ -213,11 +220,42 @@ def with_model_dtype(stage: StageSpec, dtype: str | None) -> StageSpec:
     return stage.model_copy(update={"dtype": F.VLLM_DTYPES[dtype]})
 
 
+def with_quantization(stage: StageSpec, method: str | None) -> StageSpec:
+    """The stage as vLLM loads it with `quantization` = `method` (None: the checkpoint's own).
+
+    On a quantized checkpoint vLLM takes only its own method or a Marlin kernel of it (vllm
+    0.30.0 config/model.py _verify_quantization). On an unquantized one, "fp8" quantizes every
+    linear layer and routed expert at load, with per-tensor scales (model_executor/layers/
+    quantization/online/fp8.py Fp8PerTensorOnlineLinearMethod, the weights materialized layer by
+    layer: no whole-model bf16 copy at load); embeddings, lm_head and norms stay in the model dtype.
+    That needs the linear layers apart from the rest, which only a stage read from a config.json
+    has; any other case is refused with its name, never guessed."""
+    if method is None:
+        return stage
+    if stage.quantization is not None:
+        if method == stage.quantization or method in (f"{stage.quantization}_marlin", "marlin"):
+            return stage
+        raise InputError(f"{stage.name}: quantization {method!r} does not match the checkpoint's "
+                         f"{stage.quantization!r} (vLLM refuses to start)")
+    if method != "fp8":
+        raise InputError(f"{stage.name}: quantization {method!r} on an unquantized checkpoint is not modelled "
+                         "(fp8 is: it quantizes the linear layers at load)")
+    linear = [c for c in stage.components if c.name in ("linear", "experts")]
+    if not linear or any(c.dtype is not None for c in linear):
+        raise InputError(f"{stage.name}: quantization fp8 is modelled for a model read from its config.json "
+                         "(a Hub id, a config or a directory's config), where its linear layers are known apart")
+    per_weight = 1 + QUANT_SCALE_BYTES_PER_WEIGHT
+    components = [c.model_copy(update={"params": max(1, int(c.params * per_weight)), "dtype": "bytes",
+                                       "source": f"{c.source}; fp8 at load (vLLM quantization=fp8)"})
+                  if c in linear else c for c in stage.components]
+    return stage.model_copy(update={"components": components, "quantization": "fp8"})
+
+
 def stage_memory(stage: StageSpec, tp: int, knobs: StageKnobs, version: OmniVersion,
                  sequence_parallel: int = 1) -> StageMemory:
     """All memory terms of `stage` at TP degree `tp`, per rank. `sequence_parallel`: a diffusion
     stage's sequence-parallel ranks per TP rank, which split no weight but join its NCCL groups."""
-    stage = with_model_dtype(stage, knobs.dtype)
+    stage = with_quantization(with_model_dtype(stage, knobs.dtype), knobs.quantization)
     graphs = not knobs.enforce_eager
     elem = DTYPE_BYTES[stage.dtype]
     hidden = stage.transformer.hidden_size
@@ -286,6 +324,7 @@ def resolve_knobs(
     enforce_eager: dict[str, bool] | None = None,
     kv_cache_dtype: KvCacheDtype = "auto",
     dtype: dict[str, str] | None = None,
+    quantization: dict[str, str] | None = None,
     check: bool = True,
 ) -> dict[str, StageKnobs]:
     """Per-stage knobs: the user's value where given (key: stage name), else the defaults.
@@ -316,6 +355,7 @@ def resolve_knobs(
             enforce_eager=(enforce_eager or {}).get(stage.name, d.enforce_eager),
             kv_cache_dtype=kv_cache_dtype,
             dtype=(dtype or {}).get(stage.name),
+            quantization=(quantization or {}).get(stage.name),
             async_chunk=pipeline.async_chunk(schema),
             prefix_caching=pipeline.prefix_caching(stage, schema),
         )

@@ -128,6 +128,7 @@ def resolve_settings(pipeline: PipelineSpec, config: ConfigFile, version: OmniVe
             prefix_caching=True if st.enable_prefix_caching is None else st.enable_prefix_caching,
             mamba_dtypes=(st.mamba_cache_dtype, st.mamba_ssm_cache_dtype),
             dtype=None if st.dtype in (None, "auto") else st.dtype,
+            quantization=st.quantization,
             kv_skip_layers=st.kv_skip_layers,
         )
         out.append(ResolvedSetting(spec, devices, tp, util, knobs, kv_text, chunked,

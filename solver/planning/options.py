@@ -262,6 +262,26 @@ def dtype_option(values: tuple[str, ...], pipeline) -> dict[str, str]:
     return {k: v for k, v in out.items() if v != "auto"}
 
 
+def quantization_option(values: tuple[str, ...], pipeline) -> dict[str, str]:
+    """`--quantization [STAGE=]METHOD` per stage (vLLM's `quantization`); a value for every stage
+    applies to the LLM stages. Each is checked against its stage at once (stage_memory.
+    with_quantization): a method that does not match the checkpoint, or one not modelled, is an
+    input error naming it."""
+    from ..memory.stage_memory import with_quantization
+
+    out, everything = per_stage("quantization", values, pipeline, lambda text, what: text.strip().lower(), None)
+    if everything is not None:
+        for st in pipeline.stages:
+            if st.bounded_by_fraction:
+                out.setdefault(st.name, everything)
+    for name, method in out.items():
+        try:
+            with_quantization(pipeline.stage(name), method)
+        except InputError as exc:
+            raise InputError(f"--quantization {name}={method}: {str(exc).split(': ', 1)[-1]}") from None
+    return out
+
+
 def calibration_option(path: str | None, pipeline, version, gpus):
     if path is None:
         return None
@@ -330,6 +350,8 @@ def resolve_request(o: dict[str, Any]) -> Request:
         eager = bools_option("enforce-eager", tuple(o.get("enforce_eager") or ()), pipeline)
     with option("dtype"):
         dtype = dtype_option(tuple(o.get("dtype") or ()), pipeline)
+    with option("quantization"):
+        quantization = quantization_option(tuple(o.get("quantization") or ()), pipeline)
     with option("exclusive"):
         exclusive = exclusive_groups(tuple(o.get("exclusive") or ()), pipeline)
     with option("kv_cache_dtype"):
@@ -357,6 +379,7 @@ def resolve_request(o: dict[str, Any]) -> Request:
         devices=devices,
         enforce_eager=eager,
         dtype=dtype,
+        quantization=quantization,
         max_model_len=knob_values["max_model_len"],
         max_num_seqs=knob_values["max_num_seqs"],
         max_num_batched_tokens=knob_values["max_num_batched_tokens"],

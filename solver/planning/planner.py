@@ -124,7 +124,8 @@ def resolve_request_knobs(request: Request) -> tuple[dict[str, StageKnobs], tupl
     explicit = {"max_model_len": request.max_model_len, "max_num_seqs": request.max_num_seqs,
                 "max_num_batched_tokens": request.max_num_batched_tokens}
     base = resolve_knobs(pipeline, schema, version, **explicit, enforce_eager=request.enforce_eager,
-                         kv_cache_dtype=request.kv_cache_dtype, dtype=request.dtype, check=False)
+                         kv_cache_dtype=request.kv_cache_dtype, dtype=request.dtype,
+                         quantization=request.quantization, check=False)
     notes: list[str] = []
     applied: dict[str, list[str]] = {opt: [] for opt in request.global_values}
     refusals: dict[str, list[str]] = {opt: [] for opt in request.global_values}

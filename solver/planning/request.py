@@ -38,6 +38,7 @@ class Request:
     max_num_batched_tokens: dict[str, int] = field(default_factory=dict)
     enforce_eager: dict[str, bool] = field(default_factory=dict)
     dtype: dict[str, str] = field(default_factory=dict)  # --dtype per stage (a VLLM_DTYPES name)
+    quantization: dict[str, str] = field(default_factory=dict)  # --quantization per stage
     min_concurrency: dict[str, int] = field(default_factory=dict)
     weight: dict[str, float] = field(default_factory=dict)
     exclusive: tuple[tuple[str, ...], ...] = ()
@@ -89,6 +90,8 @@ def command_line(request: Request) -> str:
             parts.append(f"{flag} " + ",".join(terms))
     if r.dtype:
         parts.append("--dtype " + ",".join(f"{k}={v}" for k, v in sorted(r.dtype.items())))
+    if r.quantization:
+        parts.append("--quantization " + ",".join(f"{k}={v}" for k, v in sorted(r.quantization.items())))
     if r.enforce_eager:
         parts.append("--enforce-eager " + ",".join(f"{k}={str(v).lower()}" for k, v in sorted(r.enforce_eager.items())))
     for name, devices in sorted(r.devices.items()):

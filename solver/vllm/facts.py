@@ -119,6 +119,10 @@ SAMPLER_SORT_SMALL_BATCH_ROWS = 128
 # The Triton kernel's per-program buffer, kept in a module cache: min(next_power_of_2(rows),
 # SMs) rows of fp32 logits (topk_topp_triton.py apply_top_k_top_p_triton). 160 rows bounds
 # every NVIDIA datacenter part (H100/H200 132 SMs, B200 148, A100 108): errs high.
+# V1 up to 0.11 samples with FlashInfer whenever the optional flashinfer-python is installed
+# (topk_topp_sampler.py: VLLM_USE_FLASHINFER_SAMPLER unset counts as on; 0.10.1.1 and 0.11.0 wheels),
+# from 0.12 only on opt-in; its log says which ("Using FlashInfer for top-p & top-k sampling.").
+FLASHINFER_SAMPLER_IF_INSTALLED_UNTIL = (0, 11)
 TRITON_TOPK_FROM = (0, 18)  # 0.16.0 has no topk_topp_triton.py, 0.18.1 has it
 TRITON_TOPK_ALL_ROWS_FROM = (0, 30)
 TRITON_TOPK_MIN_ROWS = 8
@@ -204,6 +208,8 @@ class OmniVersion:
     # The opt-in parallel_stage_init admission check exists (wheel 0.30 adds
     # vllm_omni/engine/stage_admission.py).
     has_admission_check: bool
+    # False: plain vLLM's own worker (the accuracy benchmark's start-ups), never vLLM-Omni's.
+    omni_worker: bool = True
 
     @property
     def kv_accounting(self) -> str:
@@ -212,7 +218,7 @@ class OmniVersion:
         profiling when NVML sees the process and the profile figures otherwise
         (vllm_omni/worker/base.py determine_available_memory); "profile" for 0.14 (vLLM
         0.14.1's worker) and 0.30 (device-level profiling)."""
-        return "either" if (0, 16) <= self.vllm <= (0, 28) else "profile"
+        return "either" if self.omni_worker and (0, 16) <= self.vllm <= (0, 28) else "profile"
 
     def reads(self, schema: str) -> bool:
         """Whether this version's loader reads `schema` ("deploy" or "stage-args")."""
