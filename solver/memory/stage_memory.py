@@ -242,8 +242,8 @@ def with_quantization(stage: StageSpec, method: str | None) -> StageSpec:
                          "(fp8 is: it quantizes the linear layers at load)")
     linear = [c for c in stage.components if c.name in ("linear", "experts")]
     if not linear or any(c.dtype is not None for c in linear):
-        raise InputError(f"{stage.name}: quantization fp8 is modelled for a model read from its config.json "
-                         "(a Hub id, a config or a directory's config), where its linear layers are known apart")
+        raise InputError(f"{stage.name}: quantization fp8 is modelled for a model read from its config.json or "
+                         "safetensors (a Hub id or a directory), where its linear layers are known apart")
     per_weight = 1 + QUANT_SCALE_BYTES_PER_WEIGHT
     components = [c.model_copy(update={"params": max(1, int(c.params * per_weight)), "dtype": "bytes",
                                        "source": f"{c.source}; fp8 at load (vLLM quantization=fp8)"})

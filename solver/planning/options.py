@@ -262,6 +262,12 @@ def dtype_option(values: tuple[str, ...], pipeline) -> dict[str, str]:
     return {k: v for k, v in out.items() if v != "auto"}
 
 
+def _method_name(text: str, what: str) -> str:
+    if not text.strip():
+        raise InputError(f"{what}: a method is missing (fp8, or the checkpoint's own)")
+    return text.strip().lower()
+
+
 def quantization_option(values: tuple[str, ...], pipeline) -> dict[str, str]:
     """`--quantization [STAGE=]METHOD` per stage (vLLM's `quantization`); a value for every stage
     applies to the LLM stages. Each is checked against its stage at once (stage_memory.
@@ -269,7 +275,7 @@ def quantization_option(values: tuple[str, ...], pipeline) -> dict[str, str]:
     input error naming it."""
     from ..memory.stage_memory import with_quantization
 
-    out, everything = per_stage("quantization", values, pipeline, lambda text, what: text.strip().lower(), None)
+    out, everything = per_stage("quantization", values, pipeline, _method_name, None)
     if everything is not None:
         for st in pipeline.stages:
             if st.bounded_by_fraction:
