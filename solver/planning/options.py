@@ -269,17 +269,13 @@ def _method_name(text: str, what: str) -> str:
 
 
 def quantization_option(values: tuple[str, ...], pipeline) -> dict[str, str]:
-    """`--quantization [STAGE=]METHOD` per stage (vLLM's `quantization`); a value for every stage
-    applies to the LLM stages. Each is checked against its stage at once (stage_memory.
-    with_quantization): a method that does not match the checkpoint, or one not modelled, is an
-    input error naming it."""
+    """`--quantization [STAGE=]METHOD` per stage, a value for every stage applying to the LLM stages;
+    each checked against its stage at once (stage_memory.with_quantization), an error naming it."""
     from ..memory.stage_memory import with_quantization
 
     out, everything = per_stage("quantization", values, pipeline, _method_name, None)
-    if everything is not None:
-        for st in pipeline.stages:
-            if st.bounded_by_fraction:
-                out.setdefault(st.name, everything)
+    out.update({st.name: everything for st in pipeline.stages
+                if everything is not None and st.bounded_by_fraction and st.name not in out})
     for name, method in out.items():
         try:
             with_quantization(pipeline.stage(name), method)
