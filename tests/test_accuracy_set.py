@@ -131,6 +131,24 @@ def test_the_settings_a_log_states_are_read():
     fallback, _ = parse_settings("WARNING [topk_topp_sampler.py:61] FlashInfer is not available. Falling back to "
                                  "the PyTorch-native implementation of top-p & top-k sampling.")
     assert fallback["sampler"] == "pytorch"
+    graphs, _ = parse_settings("INFO [gpu_model_runner.py:5955] Estimated CUDA graph memory: 2.35 GiB total")
+    assert graphs["cudagraph_estimate_gib"] == 2.35
+
+
+def test_from_vllm_0_21_the_logged_cuda_graph_estimate_comes_off_the_kv_budget():
+    """vllm 0.28.0 v1/worker/gpu_worker.py determine_available_memory subtracts
+    profile_cudagraph_memory() ("default since v0.21.0"); the model does not derive that estimate, so
+    a start-up whose log does not print it gets no available-KV prediction, and one that does gets it
+    subtracted. vLLM-Omni's workers never subtract it."""
+    entry = {"model": "qwen3-tts-1.7b", "config": next(e for e in entries() if e["model"] == "Qwen/Qwen3-8B")["config"],
+             "vllm_version": "0.21.0", "engine": "V1", "gpu": "H100-80GB", "gpu_memory_utilization": 0.9,
+             "max_model_len": 4096, "quote": "", "source": "https://example.org"}
+    unknown, eager, logged = run([entry, {**entry, "enforce_eager": True},
+                                  {**entry, "quote": "Estimated CUDA graph memory: 1.50 GiB total"}])[0]
+    assert unknown.predicted["available_kv_gib"] is None
+    assert abs(eager.predicted["available_kv_gib"] - logged.predicted["available_kv_gib"] - 1.5) < 1e-3
+    before = run([{**entry, "vllm_version": "0.20.0"}])[0][0]
+    assert before.predicted["available_kv_gib"] == eager.predicted["available_kv_gib"]
 
 
 def test_the_sampler_a_log_names_sets_the_profile_peak():
@@ -168,3 +186,20 @@ def test_bench_entry_refuses_a_stage_the_log_lacks_and_a_missing_config(tmp_path
     assert runner.invoke(main, ["bench", "entry", str(GEMMA_LOG)]).exit_code == 2
     out = runner.invoke(main, ["bench", "entry", str(GEMMA_LOG), "--config", str(config), "--stage", "3"])
     assert out.exit_code == 2 and re.search(r"stage 3", out.stderr)
+
+
+def test_a_catalog_stage_at_a_version_it_does_not_model_is_skipped_with_the_reason():
+    entry = {"model": "qwen3-tts-0.6b:talker", "omni_version": "0.18", "model_loading_gib": 1.73,
+             "source": "https://example.org", "quote": "Model loading took 1.73 GiB"}
+    result = run([entry])[0][0]
+    assert result.status == "skipped" and "no stage-args defaults" in result.reason
+
+
+def test_a_logged_zero_is_compared_without_a_percentage(tmp_path):
+    entry = next(e for e in entries() if e["model"] == "Qwen/Qwen3-8B")
+    path = tmp_path / "zero.jsonl"
+    path.write_text(json.dumps({**entry, "available_kv_gib": 0.0, "kv_cache_tokens": None}) + "\n")
+    for fmt in ("table", "json"):
+        out = CliRunner().invoke(main, ["bench", "accuracy", str(path), "--format", fmt])
+        assert out.exit_code in (0, 1) and "internal error" not in out.output, out.output
+    assert "each logged as 0" in CliRunner().invoke(main, ["bench", "accuracy", str(path)]).stdout

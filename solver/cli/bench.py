@@ -105,7 +105,10 @@ def render_accuracy(results, summary) -> str:
                      "more than max(0.5 GiB, 3%) optimistic")
         for figure in ("model_loading_gib", "available_kv_gib", "kv_cache_tokens", "kv_bytes_per_token"):
             f = part[figure]
-            if f["count"]:
+            if f["count"] and f["max_relative_error"] is None:  # every logged figure is 0: no % error
+                lines.append(f"  {figure}: {f['count']} compared, each logged as 0, {f['optimistic']} optimistic; "
+                             f"max |error| {_fmt(f['max_abs_error'])}")
+            elif f["count"]:
                 lines.append(f"  {figure}: {f['count']} compared, mean |error| {f['mean_abs_pct_error']:.1f}%, signed "
                              f"{f['signed_mean_pct_error']:+.1f}%, {f['optimistic']} optimistic; median |error| "
                              f"{_fmt(f['median_abs_error'])}, max {_fmt(f['max_abs_error'])} "

@@ -157,6 +157,9 @@ _ENGINE_KEYS = {"model": "model", "dtype": "dtype", "max_seq_len": "max_model_le
                 "quantization": "quantization", "enforce_eager": "enforce_eager", "kv_cache_dtype": "kv_cache_dtype"}
 _VERSION = (re.compile(r"vLLM API server version (\d+\.\d+[\w.+]*)"), re.compile(r"█\s+version (\d+\.\d+[\w.+]*)"))
 _CHUNKED = re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)")
+# vLLM's CUDA-graph memory estimate (v1/worker/gpu_model_runner.py profile_cudagraph_memory, 0.19+),
+# which plain vLLM subtracts from the KV budget from 0.21 (vllm.facts.CUDAGRAPH_ESTIMATE_IN_KV_FROM)
+CUDAGRAPH_ESTIMATE = re.compile(r"Estimated CUDA graph memory: ([0-9.]+) GiB")
 # Which top-k/top-p sampler V1 chose (vllm 0.10.1.1-0.12.0 v1/sample/ops/topk_topp_sampler.py): "flashinfer"
 # or "pytorch"; the profile run's sampler peak depends on it (memory/profile_run.py sampler_bytes).
 SAMPLER_LINES = ((re.compile(r"Using FlashInfer for top-p & top-k sampling"), "flashinfer"),
@@ -205,6 +208,9 @@ def parse_settings(text: str) -> tuple[dict, list[int]]:
         for pattern, sampler in SAMPLER_LINES:
             if pattern.search(line):
                 found["sampler"], hit = sampler, True
+        g = CUDAGRAPH_ESTIMATE.search(line)
+        if g:
+            found["cudagraph_estimate_gib"], hit = float(g.group(1)), True
         if hit:
             used.append(n)
     return found, used

@@ -181,6 +181,9 @@ def _predict(index: int, source: str, model: str, entry: dict) -> EntryResult:
     total = _gpu_total(entry)
     kv_dtype = "fp8" if str(entry.get("kv_cache_dtype") or "auto").startswith("fp8") else "auto"
     if omni is not None:  # a catalog stage: the bundled defaults of that version's files, unless the log says
+        if omni.schema not in spec.defaults:
+            raise Skip(f"{str(entry.get('model')).partition(':')[0]}'s catalog entry has no {omni.schema} defaults: vLLM-Omni {omni.name} is not among "
+                       "the versions it models")
         d = spec.defaults[omni.schema]
         seqs = int(_number(entry.get("max_num_seqs")) or d.max_num_seqs)
         tokens = int(_number(entry.get("max_num_batched_tokens")) or d.max_num_batched_tokens)
@@ -203,13 +206,15 @@ def _predict(index: int, source: str, model: str, entry: dict) -> EntryResult:
     predicted: dict[str, float | None] = {"model_loading_gib": round(memory.weights_bytes / GiB, 4),
                                           "kv_bytes_per_token": bpt}
     util = _number(entry.get("gpu_memory_utilization"))
-    if total is None or util is None:
-        notes.append("available KV not modelled: " + ("the GPU's total" if total is None else "gpu_memory_utilization")
-                     + " is not in the log")
+    graphs = _cudagraph_estimate(entry, omni, vllm, notes)
+    if total is None or util is None or graphs is None:
+        if graphs is not None:
+            notes.append("available KV not modelled: " + ("the GPU's total" if total is None
+                                                          else "gpu_memory_utilization") + " is not in the log")
         predicted.update(available_kv_gib=None, kv_cache_tokens=None)
     else:
         requested = -(-int(total * util * 1_000_000) // 1_000_000)
-        available = requested - memory.inside_bytes
+        available = requested - memory.inside_bytes - graphs
         predicted["available_kv_gib"] = round(available / GiB, 4)
         predicted["kv_cache_tokens"] = kv_tokens(available, bpt)
     observed = {"model_loading_gib": _number(entry.get("model_loading_gib")),
@@ -252,6 +257,28 @@ def _plain_version(vllm: tuple[int, int] | None) -> OmniVersion | None:
         return None
     return OmniVersion(name=f"{vllm[0]}.{vllm[1]}", vllm=vllm, schema="deploy", talker_builds_encoders=False,
                        caps_to_free_memory=False, has_admission_check=False, omni_worker=False)
+
+def _cudagraph_estimate(entry: dict, omni, vllm: tuple[int, int] | None, notes: list[str]) -> int | None:
+    """Bytes of CUDA-graph estimate vLLM subtracted from the KV budget: 0 where it subtracts none
+    (vLLM-Omni's workers, plain vLLM before facts.CUDAGRAPH_ESTIMATE_IN_KV_FROM, eager mode); from
+    0.21 the figure its log prints ("Estimated CUDA graph memory: X GiB total", the entry's
+    `cudagraph_estimate_gib`), else None: the memory model does not derive that estimate, so the
+    available KV of such a start-up is not predicted."""
+    from ..inputs.logparse import CUDAGRAPH_ESTIMATE
+
+    if omni is not None or vllm is None or vllm < F.CUDAGRAPH_ESTIMATE_IN_KV_FROM or entry.get("enforce_eager") is True:
+        return 0
+    stated = _number(entry.get("cudagraph_estimate_gib"))
+    found = CUDAGRAPH_ESTIMATE.search(str(entry.get("quote") or ""))
+    if stated is None and found:
+        stated = float(found.group(1))
+    if stated is None:
+        notes.append(f"available KV not modelled: vLLM {vllm[0]}.{vllm[1]} subtracts its CUDA-graph estimate, "
+                     "which the log does not print")
+        return None
+    notes.append(f"vLLM's CUDA-graph estimate as logged: {stated:g} GiB, subtracted from the KV budget")
+    return int(stated * GiB)
+
 
 def _setting_text(entry: dict, key: str) -> str | None:
     """A string setting as vLLM reads it (`dtype`, `quantization`); None where the entry leaves it to

@@ -101,10 +101,9 @@ GRAPH_RESERVE_BYTES = 2 * GiB
 #   non-MoE/non-quantized in 0.22). vLLM-Omni 0.30's AR and generation stages run V1
 #   (vllm_omni/worker/gpu_model_runner.py OmniGPUModelRunner subclasses
 #   vllm.v1.worker.gpu_model_runner.GPUModelRunner) unless a deploy file sets `model_runner: v2`
-#   (only deploy/qwen3_tts*.yaml, on CUDA; vllm_omni/worker/gpu_ar_worker.py). Open: the one V2
-#   log (accuracy entry 14, vLLM 0.31.0, Llama-3.1-8B, 2048 tokens, 256 rows, A100) prints 1.44 GiB
-#   of transient peak (utils/mem_utils.py memory_profiling: after.torch_peak - after.torch_allocated),
-#   about 0.7 GiB more than these terms; no tensor of V2's profile run read so far accounts for it.
+#   (only deploy/qwen3_tts*.yaml, on CUDA; vllm_omni/worker/gpu_ar_worker.py). The one V2 log
+#   (accuracy entry 14, vLLM 0.31.0) prints 1.44 GiB of "peak activation", ~0.7 GiB above these
+#   terms: from 0.21 that figure includes vLLM's CUDA-graph estimate (CUDAGRAPH_ESTIMATE_IN_KV_FROM).
 SAMPLER_FAST_BYTES_PER_LOGIT = 8
 # - the PyTorch sort path (apply_top_k_top_p_pytorch; the only path of vLLM 0.14.1-0.16.0, whose
 #   FlashInfer sampler is opt-in, and of 0.10-0.12 where FlashInfer is not installed; below 8 rows
@@ -123,6 +122,10 @@ SAMPLER_SORT_SMALL_BATCH_ROWS = 128
 # (topk_topp_sampler.py: VLLM_USE_FLASHINFER_SAMPLER unset counts as on; 0.10.1.1 and 0.11.0 wheels),
 # from 0.12 only on opt-in; its log says which ("Using FlashInfer for top-p & top-k sampling.").
 FLASHINFER_SAMPLER_IF_INSTALLED_UNTIL = (0, 11)
+# Plain vLLM from 0.21 subtracts its own CUDA-graph estimate from the KV budget (gpu_worker.py
+# determine_available_memory, VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default 1: "default since
+# v0.21.0", vllm 0.28.0/0.30.0 wheels); vLLM-Omni's workers never do (GRAPH_RESERVE_BYTES above).
+CUDAGRAPH_ESTIMATE_IN_KV_FROM = (0, 21)
 TRITON_TOPK_FROM = (0, 18)  # 0.16.0 has no topk_topp_triton.py, 0.18.1 has it
 TRITON_TOPK_ALL_ROWS_FROM = (0, 30)
 TRITON_TOPK_MIN_ROWS = 8
