@@ -203,3 +203,17 @@ def test_a_logged_zero_is_compared_without_a_percentage(tmp_path):
         out = CliRunner().invoke(main, ["bench", "accuracy", str(path), "--format", fmt])
         assert out.exit_code in (0, 1) and "internal error" not in out.output, out.output
     assert "each logged as 0" in CliRunner().invoke(main, ["bench", "accuracy", str(path)]).stdout
+
+
+def test_the_graph_estimate_is_read_from_the_utilization_line_and_refused_when_impossible():
+    entry = {"model": "m", "config": next(e for e in entries() if e["model"] == "Qwen/Qwen3-8B")["config"],
+             "vllm_version": "0.21.0", "engine": "V1", "gpu": "H100-80GB", "gpu_total_gib": 80.0,
+             "gpu_memory_utilization": 0.9, "max_model_len": 4096, "source": "https://example.org",
+             "quote": "The current --gpu-memory-utilization=0.9000 is equivalent to --gpu-memory-utilization=0.8875"}
+    derived, logged, eager, negative, blank = run([
+        entry, {**entry, "quote": "Estimated CUDA graph memory: 1.00 GiB total"}, {**entry, "enforce_eager": True},
+        {**entry, "cudagraph_estimate_gib": -5}, {**entry, "enforce_eager": True, "quantization": "  ", "dtype": " "}])[0]
+    assert abs(eager.predicted["available_kv_gib"] - derived.predicted["available_kv_gib"] - 1.0) < 1e-3
+    assert abs(derived.predicted["available_kv_gib"] - logged.predicted["available_kv_gib"]) < 1e-3
+    assert negative.status == "skipped" and "not a size in GiB" in negative.reason
+    assert blank.status == "modelled" and blank.predicted == eager.predicted

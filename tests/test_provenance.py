@@ -18,6 +18,16 @@ def test_a_source_is_classified_by_what_it_says_and_what_it_cites():
     assert classify("facts: talker 3.32 B", sources) == "derived"
     assert classify("estimate: the 7B talker layout", sources) == "estimated"
     assert classify("facts: the 3B is assumed to share the 7B's encoders", sources) == "estimated"
+    # where the figure comes from is the first clause: a config checked against a log is derived
+    assert classify("config.json talker_config; agrees with the logged 65,536 tokens", sources) == "derived"
+    assert classify("gpu_model_runner.py sizes it and logs it", {}) == "derived"
+    assert classify("the logged 3.8655 GiB less the blocks above", {}) == "measured"
+
+
+def test_the_calibrated_qwen3_tts_talker_counts_a_measured_term():
+    spec = lookup_model("qwen3-tts-1.7b")
+    assert provenance(spec)["measured"] >= 1
+    assert provenance(lookup_model("qwen2.5-omni-3b"))["measured"] == 0
 
 
 def test_every_term_of_every_pipeline_is_counted_once():

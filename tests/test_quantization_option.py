@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from omni_autoconf.cli.main import main
 from omni_autoconf.memory.accuracy import run
 from omni_autoconf.memory.accuracy_entries import read_entries, shipped_text
-from test_checkpoints import llama_dir
+from test_checkpoints import LLAMA, llama_dir, llama_tensors, qwen3_omni_dir, write_safetensors
 
 
 def _dir(path):
@@ -50,9 +50,15 @@ def test_float32_doubles_a_directorys_weights(tmp_path):
 def test_what_vllm_refuses_or_the_model_cannot_tell_is_one_line_exit_2(tmp_path):
     root, _ = llama_dir(_dir(tmp_path / "bf16"))
     fp8, _ = llama_dir(_dir(tmp_path / "fp8"), fp8=True)
+    omni, _ = qwen3_omni_dir(_dir(tmp_path / "omni"))
     cases = [(("--model", root, "--quantization", "awq"), "'awq' on an unquantized checkpoint is not modelled"),
              (("--model", fp8, "--quantization", "gptq"), "does not match the checkpoint's 'fp8'"),
-             (("--model", "qwen3-tts-1.7b", "--quantization", "talker=fp8"), "modelled for a model read from its config")]
+             (("--model", fp8, "--quantization", "fp8_marlin"), "does not match the checkpoint's 'fp8'"),
+             (("--model", "qwen3-tts-1.7b", "--quantization", "talker=fp8"), "modelled for a one-stage LLM"),
+             # a catalog pipeline read from its safetensors: its tensors are not told apart as vLLM's layers
+             (("--model", omni, "--quantization", "code2wav=fp8"), "modelled for a one-stage LLM"),
+             # before vLLM 0.16 the whole bf16 model is allocated before it is quantized
+             (("--model", root, "--quantization", "fp8", "--omni-version", "0.14"), "before 0.16")]
     for args, needle in cases:
         result = plan(*args)
         assert result.exit_code == 2 and result.stderr.count("\n") == 1 and needle in result.stderr, result.stderr
@@ -84,3 +90,32 @@ def test_a_plain_vllm_start_up_is_measured_as_vllm_measures_it():
     from omni_autoconf.memory.accuracy import _plain_version
 
     assert _plain_version((0, 19)).kv_accounting == "profile"
+
+
+def test_only_the_projections_are_quantized_whatever_the_embedding_is_called(tmp_path):
+    """An embedding named as NemotronH names it (backbone.embeddings.weight) stays in bf16 under fp8:
+    only tensors of known projections are quantized, so an unknown name errs high."""
+    import json
+
+    renamed = _dir(tmp_path / "renamed")
+    tensors = llama_tensors()
+    tensors["backbone.embeddings.weight"] = tensors.pop("model.embed_tokens.weight")
+    (renamed / "config.json").write_text(json.dumps(LLAMA))
+    write_safetensors(renamed / "model.safetensors", tensors)
+    plain, _ = llama_dir(_dir(tmp_path / "plain"))
+    assert weights(plan("--model", renamed, "--quantization", "fp8").stdout) == \
+        weights(plan("--model", plain, "--quantization", "fp8").stdout)
+
+
+def test_a_quantized_checkpoint_takes_its_own_method_or_its_marlin_kernel_only():
+    from omni_autoconf.inputs.catalog import pipeline_from_config
+    from omni_autoconf.memory.stage_memory import with_quantization
+    from omni_autoconf.errors import InputError
+    import pytest
+
+    cfg = {**LLAMA, "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True}}
+    stage = pipeline_from_config(cfg, "m").stages[0]
+    assert with_quantization(stage, "AWQ_Marlin") is stage and with_quantization(stage, "awq") is stage
+    for other in ("marlin", "gptq_marlin", "fp8"):
+        with pytest.raises(InputError, match="does not match"):
+            with_quantization(stage, other)

@@ -111,8 +111,8 @@ def render_accuracy(results, summary) -> str:
             elif f["count"]:
                 lines.append(f"  {figure}: {f['count']} compared, mean |error| {f['mean_abs_pct_error']:.1f}%, signed "
                              f"{f['signed_mean_pct_error']:+.1f}%, {f['optimistic']} optimistic; median |error| "
-                             f"{_fmt(f['median_abs_error'])}, max {_fmt(f['max_abs_error'])} "
-                             f"({f['max_relative_error']:.1%})")
+                             f"{_fmt(f['median_abs_error'])}, max {_fmt(f['max_abs_error'])}; largest relative "
+                             f"{f['max_relative_error']:.1%}")
             else:
                 lines.append(f"  {figure}: none compared")
     return "\n".join(lines) + "\n"

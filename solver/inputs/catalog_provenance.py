@@ -13,7 +13,8 @@ import re
 from collections import Counter
 
 KINDS = ("measured", "derived", "estimated")
-_MEASURED = re.compile(r"\blogs?\b|logged|start-up log|took [0-9.]+ ?Gi?B|measured|profiler|nvidia-smi", re.I)
+# a figure read off a start-up log or a profiler: "took 8.49 GiB", "logged 3.8655", "start-up logs"
+_MEASURED = re.compile(r"took [0-9.]+ ?Gi?B|\blogged\b[^;]*\d|start-up logs?|\bmeasured\b|profiler|nvidia-smi", re.I)
 # an estimate says so, or rests on an assumption or a figure not confirmed
 _ESTIMATED = re.compile(r"estimate|assum|not confirmed|not measured|unmeasured", re.I)
 
@@ -32,11 +33,14 @@ def term_sources(spec) -> list[str]:
 
 
 def classify(source: str, sources: dict[str, str]) -> str:
-    """"measured", "derived" or "estimated" for one term's source text."""
+    """"measured", "derived" or "estimated" for one term's source text. Where the figure comes
+    from is its first clause (before ";"): "config.json ...; agrees with the logged ..." is derived
+    and checked, not measured."""
     if _ESTIMATED.search(source):
         return "estimated"
-    cited = [text for key, text in sources.items() if re.search(rf"\b{re.escape(key)}\b", source)]
-    if any(_MEASURED.search(text) for text in [source, *cited]):
+    primary = source.split(";")[0]
+    cited = [text for key, text in sources.items() if re.search(rf"\b{re.escape(key)}\b", primary)]
+    if any(_MEASURED.search(text) for text in [primary, *cited]):
         return "measured"
     return "derived"
 

@@ -29,6 +29,10 @@ class StageSpec(Strict):
     dtype: str = Field(description="dtype the weights are loaded in.")
     quantization: str | None = Field(default=None, description="A stage read from a quantized checkpoint's "
                                      "config.json: its quant_method (vLLM's `quantization` must match it).")
+    linear_layers: str | None = Field(default=None, description="Set (why) where the components `linear` and "
+                                      "`experts` are exactly vLLM's linear layers and routed experts (a one-stage LLM "
+                                      "read from its config.json or safetensors): what quantization fp8 quantizes at "
+                                      "load.")
     components: list[Component] = Field(min_length=1, description="What it loads, block by block.")
     transformer: Transformer = Field(description="The decoder's geometry (KV bytes, profile-run activations, buffers).")
     vision_tower: VisionTower | None = Field(default=None, description="A Qwen-VL tower the profile run encodes.")

@@ -323,6 +323,7 @@ def one_stage_pipeline(cfg: dict, name: str, where: str = "config.json") -> dict
         "role": "autoregressive",
         "dtype": dtype,
         "quantization": (cfg.get("quantization_config") or {}).get("quant_method"),
+        "linear_layers": "hfconfig: the decoder's projections and routed experts, apart from embeddings and norms",
         "components": [
             *components,
             {"name": "embeddings", "params": embeddings, "sharding": "tp",

@@ -159,7 +159,10 @@ _VERSION = (re.compile(r"vLLM API server version (\d+\.\d+[\w.+]*)"), re.compile
 _CHUNKED = re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)")
 # vLLM's CUDA-graph memory estimate (v1/worker/gpu_model_runner.py profile_cudagraph_memory, 0.19+),
 # which plain vLLM subtracts from the KV budget from 0.21 (vllm.facts.CUDAGRAPH_ESTIMATE_IN_KV_FROM)
-CUDAGRAPH_ESTIMATE = re.compile(r"Estimated CUDA graph memory: ([0-9.]+) GiB")
+CUDAGRAPH_ESTIMATE = re.compile(r"Estimated CUDA graph memory: (\d+(?:\.\d+)?) GiB")
+CUDAGRAPH_APPLIED = re.compile(r"CUDA graph memory profiling is enabled")
+CUDAGRAPH_UTIL = re.compile(r"--gpu-memory-utilization=(\d+(?:\.\d+)?) is equivalent to --gpu-memory-utilization="
+                            r"(\d+(?:\.\d+)?)")
 # Which top-k/top-p sampler V1 chose (vllm 0.10.1.1-0.12.0 v1/sample/ops/topk_topp_sampler.py): "flashinfer"
 # or "pytorch"; the profile run's sampler peak depends on it (memory/profile_run.py sampler_bytes).
 SAMPLER_LINES = ((re.compile(r"Using FlashInfer for top-p & top-k sampling"), "flashinfer"),

@@ -44,7 +44,13 @@ _ELEMENT = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "BF16": 
 _REPLICATED = re.compile(r"(norm|\.gate\.weight$|router)")
 # token embeddings and the LM head: vocabulary-parallel in vLLM, never quantized at load (fp8's
 # online method quantizes LinearBase and FusedMoE layers only; vllm 0.30.0 quantization/online/base.py)
-_EMBEDDINGS = re.compile(r"(embed_tokens|lm_head|\.wte\.|word_embeddings|embed_out)")
+_EMBEDDINGS = re.compile(r"(embed_tokens|lm_head|\.wte\.|word_embeddings|embed_out|embeddings?\.weight$)")
+# the projections of vLLM's decoder layers and routed experts (its LinearBase / FusedMoE weights):
+# the `linear` group, which quantization fp8 quantizes at load; any other tensor keeps the model
+# dtype (`other_weights`), so a name missing here errs high, never low
+_PROJECTION = re.compile(r"\.(?:q|k|v|o|qkv|gate|up|down|gate_up|in|out|q_a|q_b|kv_a|kv_b|kv_a_proj_with_mqa)_proj\."
+                         r"|\.(?:kv_a_proj_with_mqa|w1|w2|w3|fc1|fc2|c_attn|c_proj|c_fc|query_key_value|"
+                         r"dense_h_to_4h|dense_4h_to_h|wqkv|wo)\.")
 _FLOAT = ("F32", "BF16", "F16")
 # LeRobot policy configs name their kind in `type`, not model_type (vllm_omni 0.30.0 diffusion/data.py:1726-1735)
 _LEROBOT_TYPES = {"pi0": "pi0", "pi05": "pi05"}
@@ -254,7 +260,8 @@ def _components(st, tensors, ckpt: Checkpoint):
                 cast = t.dtype
         key = owner.name if owner else ("norms_and_routers" if _REPLICATED.search(t.name) else
                                         "embeddings" if _EMBEDDINGS.search(t.name) else
-                                        "linear_biases" if t.name.endswith(".bias") else "linear")
+                                        "linear_biases" if t.name.endswith(".bias") else
+                                        "linear" if _PROJECTION.search(t.name) else "other_weights")
         prev = groups.get(key, (owner, 0))
         groups[key] = (owner, prev[1] + size)
         stored.setdefault(key, set()).add("cast" if size != t.nbytes else t.dtype)

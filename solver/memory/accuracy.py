@@ -84,7 +84,7 @@ def _stage(entry: dict):
 # log does not say which, so both count and the larger padding is taken). 0.10.1.1 (Mxfp4MoEMethod.
 # _should_use_marlin) and 0.14.1 choose among the same kernels with the same padding on these GPUs; other
 # versions and GPUs keep quantization.py's unknown-backend padding (errs high).
-MXFP4_BACKENDS_READ = ((0, 10), (0, 14))
+MXFP4_BACKENDS_READ = ((0, 10), (0, 11), (0, 14))  # the wheels read (0.10.1.1, 0.11.0, 0.14.1)
 _SM90 = ("H100", "H200", "H800", "H20", "GH200")
 _SM8X = ("A100", "A800", "A10", "A30", "A40", "A6000", "L4", "L40", "L20", "RTX 30", "RTX 40", "RTX A")
 
@@ -92,7 +92,7 @@ _SM8X = ("A100", "A800", "A10", "A30", "A40", "A6000", "L4", "L40", "L20", "RTX 
 def _mxfp4_backends(entry: dict) -> list[str] | None:
     vllm = _vllm_version(entry)
     gpu = str(entry.get("gpu") or "").upper()
-    if vllm is None or not MXFP4_BACKENDS_READ[0] <= vllm <= MXFP4_BACKENDS_READ[1] or not gpu:
+    if vllm not in MXFP4_BACKENDS_READ or not gpu:
         return None
     if any(name.upper() in gpu for name in _SM90):
         return ["marlin", "triton"]
@@ -189,8 +189,13 @@ def _predict(index: int, source: str, model: str, entry: dict) -> EntryResult:
         tokens = int(_number(entry.get("max_num_batched_tokens")) or d.max_num_batched_tokens)
     else:
         seqs, tokens = _batch(entry, engine, version, total, mml, spec, notes)
+    flashinfer = _flashinfer_sampler(entry)
+    if flashinfer is None and omni is None and vllm is not None and vllm <= F.FLASHINFER_SAMPLER_IF_INSTALLED_UNTIL \
+            and not engine.upper().startswith("V0"):
+        notes.append("sampler not stated: this vLLM samples with FlashInfer where it is installed; the sort path "
+                     "is counted (errs high)")
     knobs = StageKnobs(mml, seqs, tokens, bool(entry.get("enforce_eager")), kv_dtype,
-                       async_chunk=omni is not None, flashinfer_sampler=_flashinfer_sampler(entry),
+                       async_chunk=omni is not None, flashinfer_sampler=flashinfer,
                        dtype=_setting_text(entry, "dtype"),
                        # a quantized checkpoint started, so the setting was its own method (or its Marlin
                        # kernel): only a run-time quantization of an unquantized one changes the weights
@@ -264,16 +269,26 @@ def _cudagraph_estimate(entry: dict, omni, vllm: tuple[int, int] | None, notes: 
     0.21 the figure its log prints ("Estimated CUDA graph memory: X GiB total", the entry's
     `cudagraph_estimate_gib`), else None: the memory model does not derive that estimate, so the
     available KV of such a start-up is not predicted."""
-    from ..inputs.logparse import CUDAGRAPH_ESTIMATE
+    from ..inputs.logparse import CUDAGRAPH_APPLIED, CUDAGRAPH_ESTIMATE, CUDAGRAPH_UTIL
 
-    if omni is not None or vllm is None or vllm < F.CUDAGRAPH_ESTIMATE_IN_KV_FROM or entry.get("enforce_eager") is True:
+    quote = str(entry.get("quote") or "")
+    applied = CUDAGRAPH_APPLIED.search(quote)  # the log says it is subtracted (an opt-in before 0.21)
+    version = vllm or (0, 30)  # an unstated version is read as 0.30 (see _predict)
+    if omni is not None or entry.get("enforce_eager") is True or (version < F.CUDAGRAPH_ESTIMATE_IN_KV_FROM
+                                                                   and not applied):
         return 0
-    stated = _number(entry.get("cudagraph_estimate_gib"))
-    found = CUDAGRAPH_ESTIMATE.search(str(entry.get("quote") or ""))
+    raw = entry.get("cudagraph_estimate_gib")
+    stated = None if isinstance(raw, bool) else _number(raw)
+    if raw is not None and (stated is None or stated < 0):
+        raise Skip(f"cudagraph_estimate_gib {raw!r} is not a size in GiB")
+    found, util = CUDAGRAPH_ESTIMATE.search(quote), CUDAGRAPH_UTIL.search(quote)
+    total = _gpu_total(entry)
     if stated is None and found:
         stated = float(found.group(1))
+    elif stated is None and util and total:  # "--gpu-memory-utilization=A is equivalent to ...=B": (A - B) x total
+        stated = (float(util.group(1)) - float(util.group(2))) * total / GiB
     if stated is None:
-        notes.append(f"available KV not modelled: vLLM {vllm[0]}.{vllm[1]} subtracts its CUDA-graph estimate, "
+        notes.append(f"available KV not modelled: vLLM {version[0]}.{version[1]} subtracts its CUDA-graph estimate, "
                      "which the log does not print")
         return None
     notes.append(f"vLLM's CUDA-graph estimate as logged: {stated:g} GiB, subtracted from the KV budget")
@@ -286,7 +301,8 @@ def _setting_text(entry: dict, key: str) -> str | None:
     value = entry.get(key)
     if value is None or str(value).lower() in ("auto", "default", "none", ""):
         return None
-    return str(value).lower().replace("torch.", "").split()[0]  # "fp8 (checkpoint)": the method
+    words = str(value).lower().replace("torch.", "").split()  # "fp8 (checkpoint)": the method
+    return words[0] if words else None
 
 
 def _flashinfer_sampler(entry: dict) -> bool | None:

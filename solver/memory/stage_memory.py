@@ -27,7 +27,7 @@ from ..vllm import facts as F
 from ..vllm.facts import OmniVersion, in_range
 from .hybrid_kv import PoolLayout, SlidingLayout, effective_bytes_per_token
 from .mamba_pool import state_pool
-from ..vllm.quantization import QUANT_SCALE_BYTES_PER_WEIGHT
+from ..vllm.quantization import FP8_AT_LOAD_STREAMED_FROM, QUANT_OVERRIDES, QUANT_SCALE_BYTES_PER_WEIGHT
 from .profile_run import profile_terms
 
 KvCacheDtype = Literal["auto", "fp8"]
@@ -220,20 +220,22 @@ def with_model_dtype(stage: StageSpec, dtype: str | None) -> StageSpec:
     return stage.model_copy(update={"dtype": F.VLLM_DTYPES[dtype]})
 
 
-def with_quantization(stage: StageSpec, method: str | None) -> StageSpec:
+def with_quantization(stage: StageSpec, method: str | None, vllm: tuple[int, int] | None = None) -> StageSpec:
     """The stage as vLLM loads it with `quantization` = `method` (None: the checkpoint's own).
 
-    On a quantized checkpoint vLLM takes only its own method or a Marlin kernel of it (vllm
-    0.30.0 config/model.py _verify_quantization). On an unquantized one, "fp8" quantizes every
-    linear layer and routed expert at load, with per-tensor scales (model_executor/layers/
-    quantization/online/fp8.py Fp8PerTensorOnlineLinearMethod, the weights materialized layer by
-    layer: no whole-model bf16 copy at load); embeddings, lm_head and norms stay in the model dtype.
-    That needs the linear layers apart from the rest, which only a stage read from a config.json
-    has; any other case is refused with its name, never guessed."""
+    On a quantized checkpoint vLLM takes only its own method or its Marlin kernel
+    (vllm.quantization.QUANT_OVERRIDES). On an unquantized one, "fp8" quantizes every linear layer
+    and routed expert at load (vllm 0.30.0 model_executor/layers/quantization/online/fp8.py; one
+    fp32 scale per tensor, charged here at QUANT_SCALE_BYTES_PER_WEIGHT: high); embeddings, lm_head
+    and norms stay in the model dtype. That needs the linear layers known apart (`linear_layers`:
+    a one-stage LLM read from its config.json or safetensors), and, to plan (`vllm` given), a vLLM
+    that quantizes each layer as it loads (FP8_AT_LOAD_STREAMED_FROM). Anything else is refused
+    with its name, never guessed."""
     if method is None:
         return stage
+    method = method.strip().lower()
     if stage.quantization is not None:
-        if method == stage.quantization or method in (f"{stage.quantization}_marlin", "marlin"):
+        if method == stage.quantization or method in QUANT_OVERRIDES.get(stage.quantization, ()):
             return stage
         raise InputError(f"{stage.name}: quantization {method!r} does not match the checkpoint's "
                          f"{stage.quantization!r} (vLLM refuses to start)")
@@ -241,9 +243,12 @@ def with_quantization(stage: StageSpec, method: str | None) -> StageSpec:
         raise InputError(f"{stage.name}: quantization {method!r} on an unquantized checkpoint is not modelled "
                          "(fp8 is: it quantizes the linear layers at load)")
     linear = [c for c in stage.components if c.name in ("linear", "experts")]
-    if not linear or any(c.dtype is not None for c in linear):
-        raise InputError(f"{stage.name}: quantization fp8 is modelled for a model read from its config.json or "
-                         "safetensors (a Hub id or a directory), where its linear layers are known apart")
+    if not stage.linear_layers or stage.role != "autoregressive" or not linear or any(c.dtype for c in linear):
+        raise InputError(f"{stage.name}: quantization fp8 is modelled for a one-stage LLM read from its config.json "
+                         "or safetensors (a Hub id or a directory), where its linear layers are known apart")
+    if vllm is not None and vllm < FP8_AT_LOAD_STREAMED_FROM:
+        raise InputError(f"{stage.name}: quantization fp8 at load on vLLM {vllm[0]}.{vllm[1]} is not modelled: "
+                         "before 0.16 vLLM holds the whole bf16 model before quantizing it")
     per_weight = 1 + QUANT_SCALE_BYTES_PER_WEIGHT
     components = [c.model_copy(update={"params": max(1, int(c.params * per_weight)), "dtype": "bytes",
                                        "source": f"{c.source}; fp8 at load (vLLM quantization=fp8)"})

@@ -15,7 +15,7 @@ from ..errors import InputError
 from ..inputs.catalog import PipelineSpec, StageSpec
 from ..inputs.configfile import ConfigFile, StageSetting
 from ..inputs.gpus import Gpu, refuses_bf16
-from ..memory.stage_memory import StageKnobs, stage_memory
+from ..memory.stage_memory import StageKnobs, stage_memory, with_quantization
 from ..startup.engine_checks import BF16_MESSAGE, engine_config_errors
 from ..startup.launch import calibrated, exclusive_indices, launch, stage_run
 from ..startup.problems import CheckProblem
@@ -96,6 +96,10 @@ def resolve_settings(pipeline: PipelineSpec, config: ConfigFile, version: OmniVe
             raise InputError(f"{config.path}: no stage {spec.stage_id} ({spec.name}) for {pipeline.name}")
         tp = st.tensor_parallel_size or 1
         replicas = st.num_replicas or 1
+        try:  # a quantization vLLM refuses, or one the model cannot tell, is refused naming the file
+            with_quantization(spec, st.quantization, version.vllm)
+        except InputError as exc:
+            raise InputError(f"{config.path}: stage {spec.stage_id} {exc}") from None
         if st.sequence_parallel > 1 and spec.role != "diffusion":
             raise InputError(f"{config.path}: stage {spec.stage_id} ({spec.name}) sets sequence parallelism, which only "
                              "a diffusion stage runs")

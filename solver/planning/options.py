@@ -268,7 +268,7 @@ def _method_name(text: str, what: str) -> str:
     return text.strip().lower()
 
 
-def quantization_option(values: tuple[str, ...], pipeline) -> dict[str, str]:
+def quantization_option(values: tuple[str, ...], pipeline, version) -> dict[str, str]:
     """`--quantization [STAGE=]METHOD` per stage, a value for every stage applying to the LLM stages;
     each checked against its stage at once (stage_memory.with_quantization), an error naming it."""
     from ..memory.stage_memory import with_quantization
@@ -278,7 +278,7 @@ def quantization_option(values: tuple[str, ...], pipeline) -> dict[str, str]:
                 if everything is not None and st.bounded_by_fraction and st.name not in out})
     for name, method in out.items():
         try:
-            with_quantization(pipeline.stage(name), method)
+            with_quantization(pipeline.stage(name), method, version.vllm)
         except InputError as exc:
             raise InputError(f"--quantization {name}={method}: {str(exc).split(': ', 1)[-1]}") from None
     return out
@@ -353,7 +353,7 @@ def resolve_request(o: dict[str, Any]) -> Request:
     with option("dtype"):
         dtype = dtype_option(tuple(o.get("dtype") or ()), pipeline)
     with option("quantization"):
-        quantization = quantization_option(tuple(o.get("quantization") or ()), pipeline)
+        quantization = quantization_option(tuple(o.get("quantization") or ()), pipeline, version)
     with option("exclusive"):
         exclusive = exclusive_groups(tuple(o.get("exclusive") or ()), pipeline)
     with option("kv_cache_dtype"):

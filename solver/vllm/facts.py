@@ -120,7 +120,7 @@ SAMPLER_SORT_SMALL_BATCH_ROWS = 128
 # every NVIDIA datacenter part (H100/H200 132 SMs, B200 148, A100 108): errs high.
 # V1 up to 0.11 samples with FlashInfer whenever the optional flashinfer-python is installed
 # (topk_topp_sampler.py: VLLM_USE_FLASHINFER_SAMPLER unset counts as on; 0.10.1.1 and 0.11.0 wheels),
-# from 0.12 only on opt-in; its log says which ("Using FlashInfer for top-p & top-k sampling.").
+# 0.12-0.21 only on opt-in (the 0.12.0 wheel); its log says which. Not stated: the sort path (high).
 FLASHINFER_SAMPLER_IF_INSTALLED_UNTIL = (0, 11)
 # Plain vLLM from 0.21 subtracts its own CUDA-graph estimate from the KV budget (gpu_worker.py
 # determine_available_memory, VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default 1: "default since

@@ -14,3 +14,14 @@ MXFP4_PADDING = {"marlin": (256, 128), "triton": (1, 64), "sm90_fi_mxfp4_bf16": 
                  "sm100_fi_mxfp4_bf16": (256, 256), "rocm": (256, 256)}
 # The backend unknown: the largest round-up of any backend in each dimension (errs high).
 MXFP4_PADDING_UNKNOWN = (256, 256)
+
+# `quantization` values vLLM accepts beside a checkpoint's own method: its Marlin kernel, which
+# override_quantization_method returns for GPTQ and AWQ (vllm 0.30.0 config/model.py
+# _verify_quantization; quantization/gptq_marlin.py, awq_marlin.py / auto_awq.py).
+QUANT_OVERRIDES = {"gptq": ("gptq_marlin",), "awq": ("awq_marlin",)}
+
+# fp8 at load (`quantization=fp8` on an unquantized checkpoint) creates each layer's weight on
+# the meta device and quantizes it as it loads from vLLM 0.16 (quantization/fp8.py
+# patched_weight_loader in the 0.16.0 wheel; the 0.14.1 wheel allocates every bf16 weight first,
+# so the whole bf16 model must fit at load): before that it is refused, not modelled.
+FP8_AT_LOAD_STREAMED_FROM = (0, 16)
