@@ -217,3 +217,5 @@ def test_the_graph_estimate_is_read_from_the_utilization_line_and_refused_when_i
     assert abs(derived.predicted["available_kv_gib"] - logged.predicted["available_kv_gib"]) < 1e-3
     assert negative.status == "skipped" and "not a size in GiB" in negative.reason
     assert blank.status == "modelled" and blank.predicted == eager.predicted
+    backwards = run([{**entry, "quote": entry["quote"].replace("0.8875", "0.9500")}])[0][0]
+    assert backwards.status == "skipped" and "negative" in backwards.reason

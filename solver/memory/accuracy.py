@@ -287,6 +287,8 @@ def _cudagraph_estimate(entry: dict, omni, vllm: tuple[int, int] | None, notes: 
         stated = float(found.group(1))
     elif stated is None and util and total:  # "--gpu-memory-utilization=A is equivalent to ...=B": (A - B) x total
         stated = (float(util.group(1)) - float(util.group(2))) * total / GiB
+        if stated < 0:
+            raise Skip("the quoted utilization line gives a negative CUDA-graph estimate")
     if stated is None:
         notes.append(f"available KV not modelled: vLLM {version[0]}.{version[1]} subtracts its CUDA-graph estimate, "
                      "which the log does not print")
