@@ -64,3 +64,23 @@ def test_a_torch_dtype_that_is_no_dtype_is_refused(value):
 
 def test_float32_configs_load_in_bfloat16_as_vllm_auto_does():
     assert pipeline_from_config(GEMMA2_27B, "m").stages[0].dtype == "bfloat16"
+
+
+def test_opt_counts_its_biases_its_learned_positions_and_a_tied_head():
+    """vllm 0.30.0 models/opt.py: qkv/out/fc1/fc2 with bias, two LayerNorms a layer and a final one,
+    a (max_position_embeddings + 2) x hidden position table, the head tied (OPTConfig default): 125,239,296
+    parameters for facebook/opt-125m."""
+    from omni_autoconf.inputs.catalog import pipeline_from_config
+    from omni_autoconf.memory.accuracy import _plain_version
+    from omni_autoconf.memory.stage_memory import weights_per_rank
+
+    cfg = {"architectures": ["OPTForCausalLM"], "model_type": "opt", "hidden_size": 768, "ffn_dim": 3072,
+           "num_hidden_layers": 12, "num_attention_heads": 12, "max_position_embeddings": 2048,
+           "vocab_size": 50272, "word_embed_proj_dim": 768, "torch_dtype": "float16", "do_layer_norm_before": True}
+    stage = pipeline_from_config(cfg, "facebook/opt-125m").stages[0]
+    assert weights_per_rank(stage, 1, _plain_version((0, 30))) == 125_239_296 * 2
+    import pytest
+    from omni_autoconf.errors import InputError
+
+    with pytest.raises(InputError, match="word_embed_proj_dim"):
+        pipeline_from_config({**cfg, "hidden_size": 1024, "num_attention_heads": 16}, "facebook/opt-350m")

@@ -47,6 +47,7 @@ CLASS_DEFAULTS: dict[str, dict] = {
     "granite": {"tie_word_embeddings": False, "attention_bias": False, "mlp_bias": False},  # :77-81
     "olmo2": {"tie_word_embeddings": False, "attention_bias": False},  # :82-84
     "starcoder2": {"tie_word_embeddings": True, "num_key_value_heads": 2, "use_bias": True},  # :65-80
+    "opt": {"tie_word_embeddings": True, "ffn_dim": 3072, "enable_bias": True},  # :53-73
 }
 
 
@@ -67,6 +68,7 @@ class Layout:
     layer_norm: bool = False  # LayerNorm (weight and bias) instead of RMSNorm
     norms_per_layer: int = 2
     lm_head_bias: bool = False
+    learned_positions_offset: int | None = None  # a learned position table of max_position + offset rows
     source: str = ""
 
 
@@ -89,6 +91,13 @@ LAYOUTS: dict[str, Layout] = {
     # StarCoder2: c_fc + c_proj (not gated), biases on every projection (use_bias), LayerNorms
     "Starcoder2ForCausalLM": Layout(gated_mlp=False, qkv_bias=True, o_bias=True, mlp_bias=True, layer_norm=True,
                                     source="vllm 0.30.0 model_executor/models/starcoder2.py Starcoder2MLP"),
+    # OPT: qkv_proj, out_proj, fc1 (ReLU, not gated) and fc2 with bias (enable_bias), two LayerNorms
+    # per layer and a final one, a learned position table of max_position_embeddings + 2 rows
+    # (OPTLearnedPositionalEmbedding offset 2, a plain nn.Embedding: whole on every rank), the head
+    # tied to the token embedding
+    "OPTForCausalLM": Layout(gated_mlp=False, qkv_bias=True, o_bias=True, mlp_bias=True, layer_norm=True,
+                             learned_positions_offset=2,
+                             source="vllm 0.30.0 model_executor/models/opt.py OPTDecoderLayer, OPTDecoder"),
     # gpt-oss: attention with biases (and sinks), SwiGLU experts with biases
     "GptOssForCausalLM": Layout(qkv_bias=True, o_bias=True, mlp_bias=True,
                                 source="vllm 0.30.0 model_executor/models/gpt_oss.py OAIAttention, MLPBlock"),
@@ -99,7 +108,7 @@ _ARCH_OF_TYPE = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "
                  "mixtral": "MixtralForCausalLM", "deepseek_v2": "DeepseekV2ForCausalLM",
                  "deepseek_v3": "DeepseekV3ForCausalLM", "gemma": "GemmaForCausalLM", "gemma2": "Gemma2ForCausalLM",
                  "gemma3_text": "Gemma3ForCausalLM", "phi": "PhiForCausalLM", "phi3": "Phi3ForCausalLM",
-                 "gpt_oss": "GptOssForCausalLM", "starcoder2": "Starcoder2ForCausalLM"}
+                 "gpt_oss": "GptOssForCausalLM", "starcoder2": "Starcoder2ForCausalLM", "opt": "OPTForCausalLM"}
 
 
 def layout_of(cfg: dict, architectures: list[str], where: str) -> Layout:
@@ -120,4 +129,11 @@ def layout_of(cfg: dict, architectures: list[str], where: str) -> Layout:
         fields["o_bias"] = layout.o_bias or (bool(cfg.get("attention_bias")) and names[0] == "LlamaForCausalLM")
     if cfg.get("mlp_bias"):
         fields["mlp_bias"] = True
+    if names[0] == "OPTForCausalLM":  # OPTConfig: enable_bias (default true); a projected embedding is not modelled
+        if cfg.get("enable_bias") is False:
+            fields.update(qkv_bias=False, o_bias=False, mlp_bias=False)
+        if cfg.get("word_embed_proj_dim", cfg.get("hidden_size")) != cfg.get("hidden_size") \
+                or cfg.get("do_layer_norm_before") is False or cfg.get("layer_norm_elementwise_affine") is False:
+            raise InputError(f"{where}: an OPT with word_embed_proj_dim, post-norm or non-affine LayerNorms is not "
+                             "modelled (project_in/out and its norms differ)")
     return Layout(**fields)

@@ -89,9 +89,11 @@ def _layer_params(cfg: dict, where: str, layout: Layout = Layout(),
         attn += (q + 2 * kv if layout.qkv_bias else 0) + (hidden if layout.o_bias else 0)
         geometry["head_dim"] = head_dim
     experts = _int(cfg, where, "num_experts", "num_local_experts", "n_routed_experts", default=0, least=0)
-    dense_i = _int(cfg, where, "intermediate_size")
+    dense_i = _int(cfg, where, "intermediate_size", "ffn_dim")  # OPT names it ffn_dim
     norm = 2 if layout.layer_norm else 1  # LayerNorm: weight and bias
     replicated = (layers * layout.norms_per_layer + 1) * hidden * norm
+    if layout.learned_positions_offset is not None:  # OPT's position table, whole on every rank
+        replicated += (_int(cfg, where, "max_position_embeddings") + layout.learned_positions_offset) * hidden
 
     def mlp_params(width: int) -> int:  # gate_up + down, or fc1 + fc2; their biases where the class has them
         return (3 if layout.gated_mlp else 2) * hidden * width + (
@@ -329,7 +331,7 @@ def one_stage_pipeline(cfg: dict, name: str, where: str = "config.json") -> dict
             {"name": "embeddings", "params": embeddings, "sharding": "tp",
              "source": f"{source}: vocab x hidden, x2 unless tie_word_embeddings"},
             {"name": "norms_and_routers", "params": max(1, replicated), "sharding": "replicated",
-             "source": f"{source}: RMSNorm weights and MoE routers, replicated on every rank"},
+             "source": f"{source}: norms, MoE routers (and OPT's learned position table), replicated on every rank"},
         ],
         "transformer": {**geometry, "vocab_size": vocab, "max_position": max_position(cfg),
                         "sliding_window": window, "sliding_layers": sliding,

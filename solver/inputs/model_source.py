@@ -41,7 +41,7 @@ from .yamlio import parse_json, read_text
 # safetensors dtype -> bytes per element (https://huggingface.co/docs/safetensors)
 _ELEMENT = {"F64": 8, "I64": 8, "U64": 8, "F32": 4, "I32": 4, "U32": 4, "BF16": 2, "F16": 2, "I16": 2, "U16": 2,
             "F8_E4M3": 1, "F8_E5M2": 1, "I8": 1, "U8": 1, "BOOL": 1}
-_REPLICATED = re.compile(r"(norm|\.gate\.weight$|router)")
+_REPLICATED = re.compile(r"(norm|\.gate\.weight$|router|embed_positions)")
 # token embeddings and the LM head: vocabulary-parallel in vLLM, never quantized at load (fp8's
 # online method quantizes LinearBase and FusedMoE layers only; vllm 0.30.0 quantization/online/base.py)
 _EMBEDDINGS = re.compile(r"(embed_tokens|lm_head|\.wte\.|word_embeddings|embed_out|embeddings?\.weight$)")
