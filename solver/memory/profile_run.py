@@ -190,16 +190,14 @@ def sampler_bytes(rows: int, vocab: int, hidden: int, elem: float, vllm: tuple[i
     PyTorch's sort) and the Triton kernel's cached buffer. `flashinfer`: True where vLLM is known
     to have chosen FlashInfer's sampler (facts.FLASHINFER_SAMPLER_IF_INSTALLED_UNTIL); otherwise
     the path that version takes without the optional flashinfer package."""
-    if flashinfer:
-        return int(rows * vocab * (F.SAMPLER_FAST_BYTES_PER_LOGIT + elem + (0 if elem >= 4 else 4))
-                   + 2 * rows * hidden * elem)
-    fast = vllm >= F.TRITON_TOPK_FROM and (rows >= F.TRITON_TOPK_MIN_ROWS or vllm >= F.TRITON_TOPK_ALL_ROWS_FROM)
-    if fast:
+    triton = not flashinfer and vllm >= F.TRITON_TOPK_FROM and (
+        rows >= F.TRITON_TOPK_MIN_ROWS or vllm >= F.TRITON_TOPK_ALL_ROWS_FROM)
+    if flashinfer or triton:
         per_logit = F.SAMPLER_FAST_BYTES_PER_LOGIT
     elif rows >= F.SAMPLER_SORT_SMALL_BATCH_ROWS:
         per_logit = F.SAMPLER_SORT_BYTES_PER_LOGIT
     else:
         per_logit = F.SAMPLER_SORT_SMALL_BATCH_BYTES_PER_LOGIT
     per_logit += elem + (0 if elem >= 4 else 4)
-    buffer = min(rows, F.TRITON_TOPK_BUFFER_ROWS) * vocab * 4 if fast else 0
+    buffer = min(rows, F.TRITON_TOPK_BUFFER_ROWS) * vocab * 4 if triton else 0
     return int(rows * vocab * per_logit + buffer + 2 * rows * hidden * elem)
