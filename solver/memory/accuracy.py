@@ -20,6 +20,7 @@ from typing import Any
 from ..errors import InputError
 from ..inputs.catalog import lookup_model, pipeline_from_config
 from ..inputs.gpus import lookup_gpu
+from ..inputs.logparse import CUDAGRAPH_APPLIED, CUDAGRAPH_UTIL, parse_settings
 from ..vllm import facts as F
 from ..vllm.facts import OMNI_VERSIONS, GiB, OmniVersion
 from .accuracy_entries import (  # noqa: F401  (re-exported: the set's vocabulary)
@@ -163,6 +164,7 @@ def _check_settings(entry: dict) -> None:
 
 def _predict(index: int, source: str, model: str, entry: dict) -> EntryResult:
     _check_settings(entry)
+    logged, _ = parse_settings(str(entry.get("quote") or ""))  # the quoted lines, read as `bench entry` reads them
     pp = _number(entry.get("pipeline_parallel_size"))
     if pp is not None and pp > 1:
         raise Skip("pipeline parallelism is not modelled")
@@ -182,14 +184,14 @@ def _predict(index: int, source: str, model: str, entry: dict) -> EntryResult:
     kv_dtype = "fp8" if str(entry.get("kv_cache_dtype") or "auto").startswith("fp8") else "auto"
     if omni is not None:  # a catalog stage: the bundled defaults of that version's files, unless the log says
         if omni.schema not in spec.defaults:
-            raise Skip(f"{str(entry.get('model')).partition(':')[0]}'s catalog entry has no {omni.schema} defaults: vLLM-Omni {omni.name} is not among "
-                       "the versions it models")
+            raise Skip(f"{model.partition(':')[0]}'s catalog entry has no {omni.schema} defaults: vLLM-Omni "
+                       f"{omni.name} is not among the versions it models")
         d = spec.defaults[omni.schema]
         seqs = int(_number(entry.get("max_num_seqs")) or d.max_num_seqs)
         tokens = int(_number(entry.get("max_num_batched_tokens")) or d.max_num_batched_tokens)
     else:
         seqs, tokens = _batch(entry, engine, version, total, mml, spec, notes)
-    flashinfer = _flashinfer_sampler(entry)
+    flashinfer = _flashinfer_sampler(entry, logged)
     if flashinfer is None and omni is None and vllm is not None and vllm <= F.FLASHINFER_SAMPLER_IF_INSTALLED_UNTIL \
             and not engine.upper().startswith("V0"):
         notes.append("sampler not stated: this vLLM samples with FlashInfer where it is installed; the sort path "
@@ -211,7 +213,7 @@ def _predict(index: int, source: str, model: str, entry: dict) -> EntryResult:
     predicted: dict[str, float | None] = {"model_loading_gib": round(memory.weights_bytes / GiB, 4),
                                           "kv_bytes_per_token": bpt}
     util = _number(entry.get("gpu_memory_utilization"))
-    graphs = _cudagraph_estimate(entry, omni, vllm, notes)
+    graphs = _cudagraph_estimate(entry, omni, vllm, total, logged, notes)
     if total is None or util is None or graphs is None:
         if graphs is not None:
             notes.append("available KV not modelled: " + ("the GPU's total" if total is None
@@ -263,13 +265,13 @@ def _plain_version(vllm: tuple[int, int] | None) -> OmniVersion | None:
     return OmniVersion(name=f"{vllm[0]}.{vllm[1]}", vllm=vllm, schema="deploy", talker_builds_encoders=False,
                        caps_to_free_memory=False, has_admission_check=False, omni_worker=False)
 
-def _cudagraph_estimate(entry: dict, omni, vllm: tuple[int, int] | None, notes: list[str]) -> int | None:
+def _cudagraph_estimate(entry: dict, omni, vllm: tuple[int, int] | None, total: int | None, logged: dict,
+                        notes: list[str]) -> int | None:
     """Bytes of CUDA-graph estimate vLLM subtracted from the KV budget: 0 where it subtracts none
     (vLLM-Omni's workers, plain vLLM before facts.CUDAGRAPH_ESTIMATE_IN_KV_FROM, eager mode); from
     0.21 the figure its log prints ("Estimated CUDA graph memory: X GiB total", the entry's
-    `cudagraph_estimate_gib`), else None: the memory model does not derive that estimate, so the
-    available KV of such a start-up is not predicted."""
-    from ..inputs.logparse import CUDAGRAPH_APPLIED, CUDAGRAPH_ESTIMATE, CUDAGRAPH_UTIL
+    `cudagraph_estimate_gib`, or `logged`: what its quoted lines state), else None: the memory model
+    does not derive that estimate, so the available KV of such a start-up is not predicted."""
 
     quote = str(entry.get("quote") or "")
     applied = CUDAGRAPH_APPLIED.search(quote)  # the log says it is subtracted (an opt-in before 0.21)
@@ -281,10 +283,9 @@ def _cudagraph_estimate(entry: dict, omni, vllm: tuple[int, int] | None, notes: 
     stated = None if isinstance(raw, bool) else _number(raw)
     if raw is not None and (stated is None or stated < 0):
         raise Skip(f"cudagraph_estimate_gib {raw!r} is not a size in GiB")
-    found, util = CUDAGRAPH_ESTIMATE.search(quote), CUDAGRAPH_UTIL.search(quote)
-    total = _gpu_total(entry)
-    if stated is None and found:
-        stated = float(found.group(1))
+    found, util = logged.get("cudagraph_estimate_gib"), CUDAGRAPH_UTIL.search(quote)
+    if stated is None and found is not None:
+        stated = found
     elif stated is None and util and total:  # "--gpu-memory-utilization=A is equivalent to ...=B": (A - B) x total
         stated = (float(util.group(1)) - float(util.group(2))) * total / GiB
         if stated < 0:
@@ -307,17 +308,12 @@ def _setting_text(entry: dict, key: str) -> str | None:
     return words[0] if words else None
 
 
-def _flashinfer_sampler(entry: dict) -> bool | None:
+def _flashinfer_sampler(entry: dict, logged: dict) -> bool | None:
     """Whether vLLM sampled with FlashInfer: the entry's `sampler` ("flashinfer" or "pytorch"), else
-    the line of its quote that says which (logparse.SAMPLER_LINES); None when neither says."""
-    from ..inputs.logparse import SAMPLER_LINES
-
-    stated = str(entry.get("sampler") or "").lower()
-    if stated in ("flashinfer", "pytorch"):
-        return stated == "flashinfer"
-    for pattern, sampler in SAMPLER_LINES:
-        if pattern.search(str(entry.get("quote") or "")):
-            return sampler == "flashinfer"
+    what its quoted lines say (`logged`, logparse.SAMPLER_LINES); None when neither says."""
+    for stated in (entry.get("sampler"), logged.get("sampler")):
+        if str(stated or "").lower() in ("flashinfer", "pytorch"):
+            return str(stated).lower() == "flashinfer"
     return None
 
 
