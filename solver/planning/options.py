@@ -254,12 +254,15 @@ def _dtype_name(text: str, what: str) -> str:
 def dtype_option(values: tuple[str, ...], pipeline) -> dict[str, str]:
     """`--dtype [STAGE=]NAME` (a name vLLM accepts: vllm.facts.VLLM_DTYPES) per stage; a value for
     every stage applies to the LLM stages (a diffusion stage keeps its own dtype)."""
-    out, everything = per_stage("dtype", values, pipeline, _dtype_name, None)
-    if everything is not None:
-        for st in pipeline.stages:
-            if st.bounded_by_fraction:
-                out.setdefault(st.name, everything)
+    out = _llm_stages(*per_stage("dtype", values, pipeline, _dtype_name, None), pipeline)
     return {k: v for k, v in out.items() if v != "auto"}
+
+
+def _llm_stages(out: dict[str, str], everything: str | None, pipeline) -> dict[str, str]:
+    """Per-stage values, with a value given for every stage applied to each LLM stage (one bounded by
+    its fraction: a diffusion stage keeps its own) that has none of its own."""
+    return {**out, **{st.name: everything for st in pipeline.stages
+                      if everything is not None and st.bounded_by_fraction and st.name not in out}}
 
 
 def _method_name(text: str, what: str) -> str:
@@ -273,9 +276,7 @@ def quantization_option(values: tuple[str, ...], pipeline, version) -> dict[str,
     each checked against its stage at once (stage_memory.with_quantization), an error naming it."""
     from ..memory.stage_memory import with_quantization
 
-    out, everything = per_stage("quantization", values, pipeline, _method_name, None)
-    out.update({st.name: everything for st in pipeline.stages
-                if everything is not None and st.bounded_by_fraction and st.name not in out})
+    out = _llm_stages(*per_stage("quantization", values, pipeline, _method_name, None), pipeline)
     for name, method in out.items():
         try:
             with_quantization(pipeline.stage(name), method, version.vllm)
