@@ -2,9 +2,10 @@
 
 A term is a component's weights, a stage's decoder geometry (KV bytes, activations), or one of its
 profiles (vision tower, encoder, generation, diffusion, serving outside the fraction). Its source
-is *estimated* when it says so ("estimate", "assumed", "not confirmed"), *measured* when it or the `sources` entry it cites is a
-start-up log or a profiler reading, and *derived* otherwise (a config.json, a checkpoint's tensor
-sizes, the code of a wheel). `omni-autoconf models` prints the counts per pipeline.
+is *estimated* when it says so ("estimate", "assumed", "not confirmed"), *measured* when it or the
+`sources` entry it cites is a start-up log or a profiler reading, and *derived* otherwise (a
+config.json, a checkpoint's tensor sizes, the code of a wheel). `omni-autoconf models` prints the
+counts per pipeline.
 """
 
 from __future__ import annotations

@@ -25,9 +25,9 @@ from ..errors import InputError
 from ..inputs.catalog import DTYPE_BYTES, PipelineSpec, StageSpec
 from ..vllm import facts as F
 from ..vllm.facts import OmniVersion, in_range
+from ..vllm.quantization import FP8_AT_LOAD_STREAMED_FROM, QUANT_OVERRIDES, QUANT_SCALE_BYTES_PER_WEIGHT
 from .hybrid_kv import PoolLayout, SlidingLayout, effective_bytes_per_token
 from .mamba_pool import state_pool
-from ..vllm.quantization import FP8_AT_LOAD_STREAMED_FROM, QUANT_OVERRIDES, QUANT_SCALE_BYTES_PER_WEIGHT
 from .profile_run import profile_terms
 
 KvCacheDtype = Literal["auto", "fp8"]

@@ -118,6 +118,10 @@ SAMPLER_SORT_SMALL_BATCH_ROWS = 128
 # The Triton kernel's per-program buffer, kept in a module cache: min(next_power_of_2(rows),
 # SMs) rows of fp32 logits (topk_topp_triton.py apply_top_k_top_p_triton). 160 rows bounds
 # every NVIDIA datacenter part (H100/H200 132 SMs, B200 148, A100 108): errs high.
+TRITON_TOPK_FROM = (0, 18)  # 0.16.0 has no topk_topp_triton.py, 0.18.1 has it
+TRITON_TOPK_ALL_ROWS_FROM = (0, 30)
+TRITON_TOPK_MIN_ROWS = 8
+TRITON_TOPK_BUFFER_ROWS = 160
 # V1 up to 0.11 samples with FlashInfer whenever the optional flashinfer-python is installed
 # (topk_topp_sampler.py: VLLM_USE_FLASHINFER_SAMPLER unset counts as on; 0.10.1.1 and 0.11.0 wheels),
 # 0.12-0.21 only on opt-in (the 0.12.0 wheel); its log says which. Not stated: the sort path (high).
@@ -126,10 +130,6 @@ FLASHINFER_SAMPLER_IF_INSTALLED_UNTIL = (0, 11)
 # determine_available_memory, VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default 1: "default since
 # v0.21.0", vllm 0.28.0/0.30.0 wheels); vLLM-Omni's workers never do (GRAPH_RESERVE_BYTES above).
 CUDAGRAPH_ESTIMATE_IN_KV_FROM = (0, 21)
-TRITON_TOPK_FROM = (0, 18)  # 0.16.0 has no topk_topp_triton.py, 0.18.1 has it
-TRITON_TOPK_ALL_ROWS_FROM = (0, 30)
-TRITON_TOPK_MIN_ROWS = 8
-TRITON_TOPK_BUFFER_ROWS = 160
 # Workspaces first allocated by the profile run and kept: cuBLAS and cuBLASLt workspaces, which
 # PyTorch takes from its caching allocator on the first GEMM of a stream (32 MiB each on Hopper),
 # and small sampler caches. Estimate, high: the one Llama-3.1-8B start-up at 1024 rows on vLLM
